@@ -1,0 +1,314 @@
+"""GPT-2's byte-level BPE tokenizer, rewritten from OpenAI's encoder.json and vocab.bpe.
+
+The data flows in this order, and so does the file:
+
+    text --pre-tokenize--> pieces --UTF-8--> bytes --merges--> ids
+    "Hello world"  ->  ["Hello", " world"]  ->  [72, 101, ...]  ->  [15496, 995]
+
+1. Pre-tokenize: a regular expression cuts the text into words, numbers,
+   punctuation runs and whitespace. Merges never cross a piece boundary.
+2. Each piece becomes its UTF-8 bytes, so any text at all can be encoded:
+   there is no "unknown" token, the worst case is one token per byte.
+3. Merges: repeatedly join the adjacent pair of tokens whose merge rule has the
+   lowest rank (came first in vocab.bpe), until no pair has a rule.
+4. Decoding is the reverse: ids -> bytes -> UTF-8 text.
+
+The two files spell every token with printable characters (see
+`bytes_to_unicode`); we translate them once, when the encoder is built, so the
+hot loop works on bytes and integer ids only.
+
+    python bpe.py "Hello, world"        # tokens and ids
+    python bpe.py --ids 15496 11 995    # ids back to text
+    python bpe.py --steps "tokenization"  # every merge, from bytes to tokens
+"""
+import argparse
+import codecs
+import json
+import operator
+from operator import itemgetter
+import os
+import sys
+from itertools import chain, repeat
+
+import regex
+
+ENDOFTEXT = "<|endoftext|>"
+DEFAULT_VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "data", "gpt2-vocab")
+
+
+class VocabError(Exception):
+    """encoder.json or vocab.bpe is missing or not a GPT-2 vocabulary."""
+
+
+def bytes_to_unicode():
+    """A reversible map from the 256 byte values to 256 printable characters.
+
+    The vocabulary files are text, and a token may hold any bytes: spaces,
+    newlines, control bytes, half of a UTF-8 character. So every byte gets a
+    visible stand-in: the 188 bytes that are printable Latin-1 characters
+    (other than space) stand for themselves; the other 68 (0x00-0x20,
+    0x7F-0xA0, 0xAD) are shifted to U+0100, U+0101, ... in byte order.
+    That is why a space shows up as 'Ġ' (U+0120) and a newline as 'Ċ' in the files."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    table, shifted = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + shifted)
+            shifted += 1
+    return table
+
+
+
+# The table is a 256-character code page, so Python's charmap codec applies it in C.
+CODE_PAGE = "".join(bytes_to_unicode()[b] for b in range(256))
+CODE_PAGE_MAP = codecs.charmap_build(CODE_PAGE)
+
+
+def to_printable(data):
+    """bytes -> their printable spelling, as in the vocabulary files: b' hi' -> 'Ġhi'."""
+    return codecs.charmap_decode(data, "strict", CODE_PAGE)[0]
+
+
+def from_printable(token):
+    """A token's printable spelling -> its bytes: 'Ġhi' -> b' hi'."""
+    return codecs.charmap_encode(token, "strict", CODE_PAGE_MAP)[0]
+
+# Pre-tokenization: the first alternative that matches at each position wins.
+PRETOKENIZE = regex.compile(
+    r"'s|'t|'re|'ve|'m|'ll|'d"  # English contractions, lower case only, ASCII apostrophe only
+    r"| ?\p{L}+"                # a word: letters of any script, with at most one leading space
+    r"| ?\p{N}+"                # a number: digits of any script, with at most one leading space
+    r"| ?[^\s\p{L}\p{N}]+"      # a run of punctuation and symbols, with at most one leading space
+    r"|\s+(?!\S)"               # whitespace, but not the last space before a word (it joins the word)
+    r"|\s+"                     # any whitespace left (at the very end of the text)
+)
+
+
+class Encoder:
+    """encode(text) -> ids and decode(ids) -> text, from the vocabulary and the merge list.
+
+    encoder: {token spelled in printable characters: id}, as in encoder.json.
+    merges:  [(left, right), ...] in priority order, as in vocab.bpe."""
+
+    def __init__(self, encoder, merges):
+        self.n_vocab = n = len(encoder)
+        tokens = list(encoder)
+        if list(encoder.values()) != list(range(n)):  # OpenAI's file is already in id order
+            tokens.sort(key=encoder.get)
+            if [encoder[t] for t in tokens] != list(range(n)):
+                raise VocabError("encoder.json: ids must be 0, 1, 2, ... with none missing or repeated")
+        self.encoder = encoder
+        try:
+            self.token_bytes = [from_printable(t) for t in tokens]  # id -> the bytes it stands for
+        except UnicodeEncodeError:
+            raise VocabError("encoder.json: a token uses a character outside the byte alphabet") from None
+        missing = [c for c in CODE_PAGE if c not in encoder]
+        if missing:
+            raise VocabError(f"encoder.json lacks the one-byte token {missing[0]!r}: every byte needs one")
+        self.byte_ids = [encoder[c] for c in CODE_PAGE]  # byte -> its one-byte token
+        # A merge rule joins the pair (left id, right id). We key each rule by one
+        # int, left * n_vocab + right: cheaper to build and look up than a tuple.
+        try:
+            lefts, rights = list(map(itemgetter(0), merges)), list(map(itemgetter(1), merges))
+            keys = map(operator.add, map(operator.mul, map(encoder.__getitem__, lefts), repeat(n)),
+                       map(encoder.__getitem__, rights))
+            self.ranks = dict(zip(keys, range(len(lefts))))  # pair key -> rank: lower merges first
+            self.merged = list(map(encoder.__getitem__, map(operator.add, lefts, rights)))  # rank -> merged id
+        except KeyError as e:
+            raise VocabError(f"vocab.bpe: a merge uses the token {e.args[0]!r}, which encoder.json lacks") from None
+        self.eot = encoder.get(ENDOFTEXT)
+        self.cache = PieceCache(self.encode_piece)
+
+    # --- encoding -------------------------------------------------------------
+
+    def merge_steps(self, ids):
+        """Merge ids (a piece's byte tokens) and yield the token list after each merge.
+
+        Rule: join the adjacent pair with the lowest merge rank; repeat until no pair
+        has a rule. We keep each adjacent pair's rank in a list, so after a merge
+        only the two pairs next to it are looked up again. A merge can only create
+        pairs of higher rank (their rules use the new token, so came later), and
+        taking the leftmost of equal ranks gives the same result as OpenAI's
+        "merge every occurrence at once"."""
+        no_rule, n = len(self.merged), self.n_vocab
+        ranks = self.ranks
+        parts = list(ids)
+        pair_ranks = [ranks.get(a * n + b, no_rule) for a, b in zip(parts, parts[1:])]
+        while pair_ranks:
+            best = min(pair_ranks)
+            if best == no_rule:
+                break
+            i = pair_ranks.index(best)
+            parts[i:i + 2] = [self.merged[best]]
+            del pair_ranks[i]
+            if i > 0:
+                pair_ranks[i - 1] = ranks.get(parts[i - 1] * n + parts[i], no_rule)
+            if i < len(pair_ranks):
+                pair_ranks[i] = ranks.get(parts[i] * n + parts[i + 1], no_rule)
+            yield parts
+
+    def encode_piece(self, piece):
+        """One pre-token -> ids. A piece that is itself a token needs no merging
+        (tiktoken takes the same shortcut; tests check it changes no result)."""
+        data = piece.encode("utf-8")
+        whole = self.encoder.get(to_printable(data))
+        if whole is not None:
+            return [whole]
+        ids = [self.byte_ids[b] for b in data]
+        for ids in self.merge_steps(ids):
+            pass
+        return list(ids)
+
+    def encode(self, text, allowed_special=()):
+        """Text -> ids. '<|endoftext|>' in the text is ordinary text unless
+        allowed_special contains it (or is "all"): then it becomes its id, 50256."""
+        if allowed_special == "all" or ENDOFTEXT in allowed_special:
+            if self.eot is None:
+                raise ValueError(f"this vocabulary has no {ENDOFTEXT}")
+            pieces = [self.encode(part) for part in text.split(ENDOFTEXT)]
+            return pieces[0] + list(chain.from_iterable([self.eot] + p for p in pieces[1:]))
+        if set(allowed_special) - {ENDOFTEXT}:
+            raise ValueError(f"unknown special tokens {sorted(set(allowed_special) - {ENDOFTEXT})}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates become U+FFFD, as in tiktoken
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return list(chain.from_iterable(map(self.cache.__getitem__, PRETOKENIZE.findall(text))))
+
+    # --- decoding -------------------------------------------------------------
+
+    def decode_bytes(self, ids):
+        """ids -> the bytes they stand for; a token may end inside a UTF-8 character."""
+        out = []
+        for i in ids:
+            try:
+                i = operator.index(i)
+            except TypeError:
+                raise TypeError(f"token ids must be integers, got {i!r}") from None
+            if not 0 <= i < self.n_vocab:
+                raise ValueError(f"token id {i} is outside 0..{self.n_vocab - 1}")
+            out.append(self.token_bytes[i])
+        return b"".join(out)
+
+    def decode(self, ids):
+        """ids -> text; bytes that are not valid UTF-8 (a character cut in two) become U+FFFD."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+
+class PieceCache(dict):
+    """piece -> ids, computed on first use. Text repeats its words, so most
+    pieces are looked up, not merged; and the lookup runs in C (dict.__getitem__)."""
+
+    def __init__(self, encode_piece):
+        super().__init__()
+        self.encode_piece = encode_piece
+
+    def __missing__(self, piece):
+        ids = self[piece] = self.encode_piece(piece)
+        return ids
+
+
+def parse_vocab(encoder_json, vocab_bpe):
+    """The two files' contents -> an Encoder."""
+    try:
+        encoder = json.loads(encoder_json)
+    except ValueError as e:
+        raise VocabError(f"encoder.json is not valid JSON ({e})") from None
+    if not isinstance(encoder, dict):
+        raise VocabError("encoder.json must hold a JSON object of token -> id")
+    if vocab_bpe.startswith("#version"):
+        vocab_bpe = vocab_bpe[vocab_bpe.find("\n") + 1:]
+    tokens = vocab_bpe.split()
+    merges = list(zip(tokens[0::2], tokens[1::2]))
+    if len(tokens) % 2 or len(merges) != len(vocab_bpe.strip().splitlines()):
+        lines = vocab_bpe.splitlines()
+        bad = next((n for n, line in enumerate(lines, 1) if line.strip() and len(line.split()) != 2), len(lines))
+        raise VocabError(f"vocab.bpe: merge line {bad} does not hold two tokens")
+    return Encoder(encoder, merges)
+
+
+def get_encoder(folder):
+    """The Encoder for a model folder (or any folder with encoder.json and vocab.bpe)."""
+    contents = []
+    for name in ("encoder.json", "vocab.bpe"):
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                contents.append(f.read())
+        except OSError as e:
+            raise VocabError(f"{path}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise VocabError(f"{path}: not UTF-8 text") from None
+    try:
+        return parse_vocab(*contents)
+    except VocabError as e:
+        raise VocabError(f"{folder}: {e}") from None
+
+
+# ----------------------------------------------------------------------------
+# Command line: watch the tokenizer work
+# ----------------------------------------------------------------------------
+
+SHOW = str.maketrans({c: f"\\x{c:02x}" for c in list(range(32)) + [127]} | {10: "\\n", 9: "\\t", 13: "\\r"})
+
+
+def show_tokens(enc, ids):
+    """'Hello|,| world': each token's text, control characters escaped."""
+    return "|".join(enc.decode([i]).translate(SHOW) for i in ids)
+
+
+def show_steps(enc, text):
+    """Every piece, and every merge inside it, from bytes to final tokens."""
+    lines = []
+    for piece in PRETOKENIZE.findall(text):
+        ids = [enc.byte_ids[b] for b in piece.encode("utf-8")]
+        lines.append(f"piece {piece.translate(SHOW)!r}: {len(ids)} bytes")
+        lines.append(f"  start    {show_tokens(enc, ids)}")
+        for ids in enc.merge_steps(ids):
+            lines.append(f"  merge -> {show_tokens(enc, ids)}")
+        lines.append(f"  ids      {list(ids)}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="GPT-2's byte-level BPE: show how a text is tokenized, or decode ids.",
+        epilog="All four GPT-2 sizes share one vocabulary; a copy ships in tests/data/gpt2-vocab.")
+    parser.add_argument("text", nargs="*", help="text to tokenize (or ids, with --ids)")
+    parser.add_argument("--ids", action="store_true", help="decode the arguments, which are token ids")
+    parser.add_argument("--steps", action="store_true", help="show each merge, from bytes to final tokens")
+    parser.add_argument("--vocab-dir", default=DEFAULT_VOCAB_DIR,
+                        help="folder with encoder.json and vocab.bpe (default: the copy in tests/data/gpt2-vocab)")
+    parser.error = _fail
+    args = parser.parse_args(argv)
+    try:
+        enc = get_encoder(args.vocab_dir)
+        if args.ids:
+            try:
+                ids = [int(t) for t in " ".join(args.text).replace(",", " ").strip("[] ").split()]
+            except ValueError:
+                _fail("--ids takes whole numbers, e.g. --ids 15496 11 995")
+            print(enc.decode(ids))
+            return 0
+        text = " ".join(args.text)
+        if args.steps:
+            print(show_steps(enc, text))
+        else:
+            ids = enc.encode(text)
+            print(show_tokens(enc, ids))
+            print(ids)
+    except (VocabError, ValueError, TypeError) as e:
+        _fail(str(e))
+    return 0
+
+
+def _fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

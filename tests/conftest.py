@@ -1,0 +1,135 @@
+"""Shared test fixtures: paths to the committed data, the encoder, and a local model mirror.
+
+Nothing here touches the network beyond 127.0.0.1.
+"""
+import http.server
+import os
+import shutil
+import socket
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DATA = os.path.join(HERE, "data")
+VOCAB = os.path.join(DATA, "gpt2-vocab")
+sys.path.insert(0, ROOT)
+
+import bpe  # noqa: E402
+
+
+def checkpoint_dir(name):
+    """A committed real-TensorFlow checkpoint: 'tiny', 'odd' or 'many'."""
+    return os.path.join(DATA, name)
+
+
+def expected_tensors(name):
+    """{checkpoint name: array} exactly as make_checkpoints.py gave them to TensorFlow."""
+    with np.load(os.path.join(DATA, f"{name}_expected.npz")) as z:
+        names, shapes, offsets, values = z["names"], z["shapes"], z["offsets"], z["values"]
+    return {n.decode(): values[offsets[i]:offsets[i + 1]].reshape([d for d in shapes[i] if d >= 0])
+            for i, n in enumerate(names)}
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    return bpe.get_encoder(VOCAB)
+
+
+def model_folder_copy(name, dest):
+    """A complete model folder (checkpoint + the real vocabulary), as OpenAI serves one."""
+    os.makedirs(dest, exist_ok=True)
+    for f in os.listdir(checkpoint_dir(name)):
+        shutil.copy(os.path.join(checkpoint_dir(name), f), dest)
+    for f in ("encoder.json", "vocab.bpe"):
+        shutil.copy(os.path.join(VOCAB, f), dest)
+    return dest
+
+
+class Mirror:
+    """An HTTP server on 127.0.0.1 serving <root>/<size>/<file>, with Range support and faults.
+
+    faults[file name] is a list of faults, one used up per request for that file:
+      "404", "500"    -- answer with that status
+      "drop:N"        -- promise the whole body, send N bytes, close the connection
+      "short"         -- promise the whole body, send all but the last 10 bytes, close
+    Every request is logged in .requests as (path, Range header or None)."""
+
+    def __init__(self, root):
+        self.root = root
+        self.faults = {}
+        self.requests = []
+        mirror = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                mirror.requests.append((self.path, self.headers.get("Range")))
+                name = self.path.rsplit("/", 1)[-1]
+                queue = mirror.faults.get(name) or []
+                fault = queue.pop(0) if queue else None
+                path = os.path.join(mirror.root, *self.path.strip("/").split("/"))
+                if fault in ("404", "500") or not os.path.isfile(path):
+                    self.send_response(int(fault or 404))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                with open(path, "rb") as f:
+                    body = f.read()
+                start = 0
+                rng = self.headers.get("Range")
+                if rng and rng.startswith("bytes=") and rng.endswith("-"):
+                    start = int(rng[6:-1])
+                    if start >= len(body):
+                        self.send_response(416)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+                else:
+                    self.send_response(200)
+                rest = body[start:]
+                self.send_header("Content-Length", str(len(rest)))
+                self.end_headers()
+                if fault and fault.startswith("drop:"):
+                    rest = rest[:int(fault[5:])]
+                elif fault == "short":
+                    rest = rest[:-10]
+                self.wfile.write(rest)
+                if fault:
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def mirror(tmp_path):
+    """A mirror that serves the tiny checkpoint under the name 124M."""
+    root = tmp_path / "mirror"
+    model_folder_copy("tiny", str(root / "124M"))
+    m = Mirror(str(root))
+    yield m
+    m.close()
+
+
+def closed_port():
+    """A port on 127.0.0.1 that nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
