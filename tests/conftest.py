@@ -8,6 +8,7 @@ import shutil
 import socket
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -56,6 +57,7 @@ class Mirror:
       "404", "500"    -- answer with that status
       "drop:N"        -- promise the whole body, send N bytes, close the connection
       "short"         -- promise the whole body, send all but the last 10 bytes, close
+      "stall"         -- send 100,000 bytes, then nothing for 30 s
     Every request is logged in .requests as (path, Range header or None)."""
 
     def __init__(self, root):
@@ -101,6 +103,11 @@ class Mirror:
                     rest = rest[:int(fault[5:])]
                 elif fault == "short":
                     rest = rest[:-10]
+                if fault == "stall":
+                    self.wfile.write(rest[:100000])
+                    self.wfile.flush()
+                    time.sleep(30)
+                    return
                 self.wfile.write(rest)
                 if fault:
                     self.wfile.flush()
@@ -118,12 +125,15 @@ class Mirror:
         self.server.server_close()
 
 
+def tiny_mirror(root):
+    """A mirror that serves the tiny checkpoint (with the real vocabulary) under the name 124M."""
+    model_folder_copy("tiny", os.path.join(root, "124M"))
+    return Mirror(root)
+
+
 @pytest.fixture
 def mirror(tmp_path):
-    """A mirror that serves the tiny checkpoint under the name 124M."""
-    root = tmp_path / "mirror"
-    model_folder_copy("tiny", str(root / "124M"))
-    m = Mirror(str(root))
+    m = tiny_mirror(str(tmp_path / "mirror"))
     yield m
     m.close()
 

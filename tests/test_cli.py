@@ -1,0 +1,250 @@
+"""The command line as a new user meets it: download, load, generate, score, trace, count, and errors.
+
+Every run is a real subprocess against a mirror on 127.0.0.1 serving the tiny real-TensorFlow
+checkpoint with GPT-2's real vocabulary under the name 124M."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import gpt2_numpy as g
+from conftest import DATA, ROOT, closed_port, model_folder_copy, tiny_mirror
+
+TURING_TEXT = "Alan Turing theorized that computers would one day become"
+GOLDEN = np.load(os.path.join(DATA, "hf_golden.npz"))
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """A mirror, and a models folder that has already downloaded from it once."""
+    root = tmp_path_factory.mktemp("site")
+    mirror = tiny_mirror(str(root / "mirror"))
+    models = root / "models"
+    r = run("--models-dir", str(models), "--base-url", mirror.url, "--n-tokens", "1", "x")
+    assert r.returncode == 0, r.stderr
+    yield mirror, str(models)
+    mirror.close()
+
+
+def run(*args, env=None, **kw):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), *args], capture_output=True,
+                          timeout=120, env={**os.environ, **(env or {})}, **kw)
+
+
+def text(r):
+    return r.stdout.decode("utf-8"), r.stderr.decode("utf-8")
+
+
+def assert_one_line_error(r, message):
+    out, err = text(r)
+    assert r.returncode == 2, err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+
+
+def test_the_readme_command_downloads_loads_and_streams(tmp_path, encoder):
+    mirror = tiny_mirror(str(tmp_path / "mirror"))
+    try:
+        env = {"GPT2_MODELS_DIR": str(tmp_path / "models"), "GPT2_BASE_URL": mirror.url}
+        r = run(TURING_TEXT, env=env)
+    finally:
+        mirror.close()
+    out, err = text(r)
+    assert r.returncode == 0, err
+    assert out.startswith(TURING_TEXT) and len(out) > len(TURING_TEXT)
+    assert "tokens/s" in err
+    assert os.path.exists(tmp_path / "models" / "124M" / "model.ckpt.data-00000-of-00001")
+
+
+def test_greedy_text_is_hugging_faces_greedy_continuation(site, encoder):
+    mirror, models = site
+    assert encoder.encode(TURING_TEXT) == GOLDEN["tiny_turing/ids"][0].tolist()
+    r = run(TURING_TEXT, "--models-dir", models, "--greedy", "--n-tokens", "20", "--no-stop", "--quiet")
+    out, err = text(r)
+    assert r.returncode == 0 and err == ""
+    want = encoder.decode(GOLDEN["tiny_turing/greedy"][0].tolist())
+    assert out == TURING_TEXT + want + "\n"
+
+
+def test_json_generation(site):
+    mirror, models = site
+    r = run(TURING_TEXT, "--models-dir", models, "--greedy", "--n-tokens", "20", "--no-stop", "--json",
+            "--n-samples", "2")
+    out = json.loads(text(r)[0])
+    assert out["model"] == "124M" and out["prompt_ids"] == GOLDEN["tiny_turing/ids"][0].tolist()
+    assert len(out["samples"]) == 2
+    for sample in out["samples"]:
+        assert sample["ids"] == GOLDEN["tiny_turing/greedy"][0].tolist() and sample["finish"] == "length"
+
+
+def test_the_same_seed_gives_the_same_text(site):
+    mirror, models = site
+    outs = [text(run("Hello", "--models-dir", models, "--seed", "3", "--top-k", "50", "--top-p", "0.9",
+                     "--temperature", "0.8", "--quiet"))[0] for _ in range(2)]
+    assert outs[0] == outs[1] and outs[0].startswith("Hello")
+
+
+def test_several_samples_are_printed_one_after_another(site):
+    mirror, models = site
+    out = text(run("Hello", "--models-dir", models, "--n-samples", "3", "--seed", "1", "--quiet"))[0]
+    assert [line for line in out.splitlines() if "SAMPLE" in line] == [
+        f"{'=' * 20} SAMPLE {i} {'=' * 20}" for i in (1, 2, 3)]
+
+
+def test_score_json_matches_hugging_face(site):
+    mirror, models = site
+    out = json.loads(text(run(TURING_TEXT, "--models-dir", models, "--score", "--json"))[0])
+    assert out["ids"] == GOLDEN["tiny_turing/ids"][0].tolist()
+    assert out["logprobs"][0] is None  # the first token has no prediction
+    assert np.abs(np.array(out["logprobs"][1:]) - GOLDEN["tiny_turing/logprobs"][0]).max() <= 1e-4
+    assert abs(out["loss"] - GOLDEN["tiny_turing/loss"][0]) <= 1e-5
+    assert out["perplexity"] == pytest.approx(np.exp(out["loss"]))
+
+
+def test_score_as_a_table(site):
+    mirror, models = site
+    out = text(run("Hello, world", "--models-dir", models, "--score"))[0]
+    assert out.splitlines()[-1].startswith("loss ") and "perplexity" in out
+
+
+def test_trace(site):
+    mirror, models = site
+    out = text(run("Hello, world", "--models-dir", models, "--trace"))[0]
+    lines = out.splitlines()
+    assert lines[1].split()[:2] == ["token", "ids"]
+    assert "[1, 3, 50257]" in lines[-1] and "h1.attn.weights" in out and "[1, 2, 3, 3]" in out
+    one = text(run("Hello, world", "--models-dir", models, "--trace", "--trace-block", "1"))[0]
+    assert "h1.ln_1" in one and "h0.ln_1" not in one
+
+
+def test_params_for_all_sizes():
+    out = text(run("--params", "all"))[0]
+    for figure in ("124,439,808", "354,823,168", "774,030,080", "1,557,611,200", "8,030,261,248", "-0.23%"):
+        assert figure in out
+
+
+def test_params_also_counts_the_tensors_on_disk(site):
+    mirror, models = site
+    out = text(run("--params", os.path.join(models, "124M")))[0]
+    assert "counting the checkpoint's tensors gives the same" in out
+    # the mirror's "124M" is the tiny model, so the real 124M formula and the tensors disagree
+    out = text(run("--params", "124M", "--models-dir", models))[0]
+    assert "differ from the formula in wte (token embedding) (402,056 vs 38,597,376)" in out
+
+
+@pytest.mark.parametrize("script", ["gpt2_numpy.py", "bpe.py", "download.py"])
+def test_help_is_complete(script):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, script), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    wanted = {"gpt2_numpy.py": ["--model", "--models-dir", "--base-url", "--n-tokens", "--temperature", "--top-k",
+                                "--top-p", "--seed", "--greedy", "--n-samples", "--score", "--params", "--trace",
+                                "--json", "--quiet", "--threads", "--no-stop"],
+              "bpe.py": ["--ids", "--steps", "--vocab-dir"],
+              "download.py": ["--models-dir", "--base-url", "--verify", "--retries", "--quiet"]}[script]
+    assert all(flag in r.stdout for flag in wanted)
+
+
+# --- errors: one line, exit 2 --------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "350M", "hi"], "unknown model '350M'"),
+    (["--top-p", "2", "hi"], "--top-p must be in (0, 1]"),
+    (["--top-p", "0", "hi"], "--top-p must be in (0, 1]"),
+    (["--temperature", "-1", "hi"], "--temperature must be >= 0"),
+    (["--n-tokens", "-1", "hi"], "--n-tokens must be"),
+    (["--n-tokens", "abc", "hi"], "invalid int value: 'abc'"),
+    (["--top-k", "0", "hi"], "--top-k must be"),
+    (["--n-samples", "0", "hi"], "--n-samples must be"),
+    (["--threads", "0", "hi"], "argument --threads"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--score"], "--score and --trace need a text"),
+])
+def test_bad_arguments(args, message):
+    assert_one_line_error(run(*args), message)
+
+
+def test_too_long_a_prompt(site):
+    mirror, models = site
+    assert_one_line_error(run(TURING_TEXT, "--models-dir", models, "--n-tokens", "60"),
+                          "exceed the context of 64 tokens")
+
+
+def test_scoring_a_single_token(site):
+    mirror, models = site
+    assert_one_line_error(run("Hello", "--models-dir", models, "--score"), "at least 2 tokens")
+
+
+def test_a_trace_block_that_does_not_exist(site):
+    mirror, models = site
+    assert_one_line_error(run("Hello", "--models-dir", models, "--trace", "--trace-block", "2"),
+                          "--trace-block must be in 0..1")
+
+
+def test_a_prompt_that_is_not_utf8():
+    assert_one_line_error(run(b"caf\xe9"), "not valid UTF-8")
+
+
+def test_a_folder_without_a_checkpoint(tmp_path):
+    assert_one_line_error(run("hi", "--model", str(tmp_path)), "hparams.json")
+
+
+def test_a_corrupt_checkpoint(site, tmp_path):
+    mirror, models = site
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    for f in os.listdir(os.path.join(models, "124M")):
+        data = open(os.path.join(models, "124M", f), "rb").read()
+        if f == "model.ckpt.index":
+            data = data[:100] + bytes([data[100] ^ 0xFF]) + data[101:]
+        (folder / f).write_bytes(data)
+    assert_one_line_error(run("hi", "--model", str(folder)), "model.ckpt.index: checksum mismatch")
+
+
+def test_no_network(tmp_path):
+    r = run("hi", "--models-dir", str(tmp_path), "--base-url", f"http://127.0.0.1:{closed_port()}")
+    assert_one_line_error(r, "could not download")
+    assert not any(f in os.listdir(tmp_path / "124M") for f in ("checkpoint", "hparams.json"))
+
+
+def test_a_full_disk(site, tmp_path):
+    mirror, _ = site
+    folder = tmp_path / "124M"
+    folder.mkdir()
+    os.symlink("/dev/full", folder / "checkpoint.part")
+    r = run("hi", "--models-dir", str(tmp_path), "--base-url", mirror.url)
+    assert_one_line_error(r, "No space left on device")
+    assert not (folder / "checkpoint").exists()
+
+
+def test_ctrl_c_during_a_download_exits_130_and_keeps_only_the_part_file(tmp_path):
+    mirror = tiny_mirror(str(tmp_path / "mirror"))
+    mirror.faults["model.ckpt.data-00000-of-00001"] = ["stall"]
+    part = tmp_path / "models" / "124M" / "model.ckpt.data-00000-of-00001.part"
+    try:
+        p = subprocess.Popen([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), "hi", "--models-dir",
+                              str(tmp_path / "models"), "--base-url", mirror.url],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 30
+        while not (part.exists() and part.stat().st_size > 0) and time.time() < deadline:
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        mirror.close()
+    assert p.returncode == 130
+    assert b"Traceback" not in err and b"interrupted" in err
+    assert part.exists() and not (tmp_path / "models" / "124M" / "model.ckpt.data-00000-of-00001").exists()
+
+
+def test_ctrl_c_during_generation_exits_130(monkeypatch, tmp_path):
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+        yield
+
+    monkeypatch.setattr(g, "generate", interrupted)
+    folder = model_folder_copy("tiny", str(tmp_path / "tiny"))
+    assert g.main(["hi", "--model", folder, "--quiet"]) == 130
