@@ -127,7 +127,7 @@ def _fetch_into(url, part, quiet):
         headers["Range"] = f"bytes={have}-"
     with requests.get(url, headers=headers, stream=True, timeout=(10, 60)) as r:
         if r.status_code == 404:
-            raise DownloadError(f"not found: {url} (HTTP 404); is the model size right?")
+            raise DownloadError(f"unknown model size or wrong mirror: {url} answered HTTP 404")
         if r.status_code == 416:  # our .part does not fit what the server has: start again
             os.remove(part)
             raise _Retryable("HTTP 416")
@@ -194,25 +194,34 @@ def _verify_fresh_download(folder):
 # TensorFlow checksums every block of the index and every tensor with CRC-32C
 # (Castagnoli polynomial; Python's zlib.crc32 uses another one). A byte-at-a-time
 # loop in Python manages ~11 MB/s. Instead we cut the data into many equal lanes,
-# run the CRC over all lanes at once (4 bytes per step, "slicing-by-4"), and then
-# fold the lanes' CRCs together. The fold works because a CRC is linear:
+# run the CRC over all lanes at once (4 bytes per step, two table look-ups of
+# 16 bits each), and then fold the lanes' CRCs together. The fold works because
+# a CRC is linear:
 #   crc(state, A + B) = zeros(state, len(B)) ^ crc(0, B)
 # where zeros(s, n) is the effect of n zero bytes on state s, a 32x32 bit matrix.
 
-def _crc32c_tables():
-    """T[k][i]: the CRC of byte i followed by k zero bytes (reflected 0x82F63B78)."""
+def _crc32c_byte_table():
+    """T[i]: the CRC register after feeding byte i into state 0 (reflected 0x82F63B78)."""
     c = np.arange(256, dtype=np.uint32)
     for _ in range(8):
         c = np.where(c & 1, (c >> 1) ^ np.uint32(0x82F63B78), c >> 1)
-    tables = [c]
+    return c
+
+
+def _crc32c_word_tables(t):
+    """LOW, HIGH such that feeding a 4-byte word w into state s gives
+    LOW[x & 0xFFFF] ^ HIGH[x >> 16], x = s ^ w. Byte k of x is followed by 3 - k
+    more bytes, hence the tables 'byte, then n zero bytes'."""
+    after = [t]  # after[n][i]: byte i followed by n zero bytes
     for _ in range(3):
-        prev = tables[-1]
-        tables.append((prev >> 8) ^ c[prev & 0xFF])
-    return tables
+        after.append((after[-1] >> 8) ^ t[after[-1] & 0xFF])
+    low = (after[3][None, :] ^ after[2][:, None]).ravel()  # index: byte1 * 256 + byte0
+    high = (after[1][None, :] ^ after[0][:, None]).ravel()  # index: byte3 * 256 + byte2
+    return low, high
 
 
-CRC_TABLES = _crc32c_tables()
-CRC_TABLE = CRC_TABLES[0].tolist()
+CRC_TABLE = _crc32c_byte_table()
+CRC_LOW, CRC_HIGH = _crc32c_word_tables(CRC_TABLE)
 
 
 def _apply(op, x):
@@ -228,7 +237,7 @@ def _zeros_operator(n):
     """The map state -> state after n zero bytes, as the images of the 32 bits."""
     if n == 1:
         bits = np.uint32(1) << np.arange(32, dtype=np.uint32)
-        return CRC_TABLES[0][bits & 0xFF] ^ (bits >> 8)
+        return CRC_TABLE[bits & 0xFF] ^ (bits >> 8)
     half = _zeros_operator(n // 2)
     op = _apply(half, half)
     return _apply(_zeros_operator(1), op) if n % 2 else op
@@ -237,20 +246,20 @@ def _zeros_operator(n):
 def _crc32c_update(state, data):
     """Feed the bytes of data (a uint8 array) into the CRC register `state`."""
     lanes = 1
-    while lanes < 1 << 14 and lanes * 2 * 1024 <= len(data):
+    while lanes < 1 << 16 and lanes * 2 * 1024 <= len(data):
         lanes *= 2
     if lanes < 8:
-        table = CRC_TABLE
+        table = CRC_TABLE.tolist()
         for byte in data.tobytes():
             state = table[(state ^ byte) & 0xFF] ^ (state >> 8)
         return state
     length = len(data) // lanes // 4 * 4
     words = data[:lanes * length].view("<u4").reshape(lanes, length // 4)
-    t0, t1, t2, t3 = CRC_TABLES
     crc = np.zeros(lanes, np.uint32)
     for j in range(length // 4):
         crc ^= words[:, j]
-        crc = t3[crc & 0xFF] ^ t2[(crc >> 8) & 0xFF] ^ t1[(crc >> 16) & 0xFF] ^ t0[crc >> 24]
+        halves = crc.view(np.uint16).reshape(lanes, 2)  # little-endian: low half first
+        crc = CRC_LOW[halves[:, 0]] ^ CRC_HIGH[halves[:, 1]]
     while len(crc) > 1:  # fold neighbouring lanes: crc(A + B) = zeros(crc(A), len(B)) ^ crc(B)
         crc = _apply(_zeros_operator(length), crc[0::2]) ^ crc[1::2]
         length *= 2
