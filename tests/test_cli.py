@@ -81,6 +81,14 @@ def test_json_generation(site):
         assert sample["ids"] == GOLDEN["tiny_turing/greedy"][0].tolist() and sample["finish"] == "length"
 
 
+def test_threads_restarts_with_the_blas_thread_count_and_changes_nothing_else(site):
+    mirror, models = site
+    args = ("Hello", "--models-dir", models, "--greedy", "--n-tokens", "10", "--no-stop", "--quiet")
+    plain = run(*args, env={"OMP_NUM_THREADS": "2"})
+    one = run(*args, "--threads", "1", env={"OMP_NUM_THREADS": "2"})
+    assert one.returncode == 0 and text(one)[0] == text(plain)[0]
+
+
 def test_the_same_seed_gives_the_same_text(site):
     mirror, models = site
     outs = [text(run("Hello", "--models-dir", models, "--seed", "3", "--top-k", "50", "--top-p", "0.9",
@@ -169,8 +177,14 @@ def test_bad_arguments(args, message):
 
 def test_too_long_a_prompt(site):
     mirror, models = site
-    assert_one_line_error(run(TURING_TEXT, "--models-dir", models, "--n-tokens", "60"),
-                          "exceed the context of 64 tokens")
+    r = run(TURING_TEXT, "--models-dir", models, "--n-tokens", "60")
+    assert_one_line_error(r, "exceed the context of 64 tokens")
+    assert r.stdout == b""  # checked before anything is printed
+
+
+def test_scoring_a_text_longer_than_the_context(site):
+    mirror, models = site
+    assert_one_line_error(run("word " * 70, "--models-dir", models, "--score"), "at most 65 can be scored")
 
 
 def test_scoring_a_single_token(site):
