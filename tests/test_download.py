@@ -62,7 +62,10 @@ def test_a_dropped_connection_is_retried_within_one_run(mirror, tmp_path):
     mirror.faults[DATA_FILE] = ["drop:70000", "drop:70000"]
     folder = fetch(mirror, tmp_path / "models", tries=3)
     ranges = [r for p, r in mirror.requests if p.endswith(DATA_FILE)]
-    assert ranges == [None, "bytes=65536-", "bytes=131072-"]
+    assert ranges[0] is None and len(ranges) == 3
+    first, second = (int(r[len("bytes="):-1]) for r in ranges[1:])
+    # each try resumes after what reached the disk: all that was sent, or all but the chunk in flight
+    assert 65536 <= first <= 70000 and first + 65536 <= second <= first + 70000
     assert same_bytes(os.path.join(folder, DATA_FILE), os.path.join(mirror.root, "124M", DATA_FILE))
 
 
