@@ -61,7 +61,6 @@ def bytes_to_unicode():
     return table
 
 
-
 # The table is a 256-character code page, so Python's charmap codec applies it in C.
 CODE_PAGE = "".join(bytes_to_unicode()[b] for b in range(256))
 CODE_PAGE_MAP = codecs.charmap_build(CODE_PAGE)
@@ -75,6 +74,7 @@ def to_printable(data):
 def from_printable(token):
     """A token's printable spelling -> its bytes: 'Ġhi' -> b' hi'."""
     return codecs.charmap_encode(token, "strict", CODE_PAGE_MAP)[0]
+
 
 # Pre-tokenization: the first alternative that matches at each position wins.
 # OpenAI's pattern lists the contractions first; words and numbers can go before
@@ -117,8 +117,8 @@ class Encoder:
         # int, left * n_vocab + right: cheaper to build and look up than a tuple.
         try:
             lefts, rights = list(map(itemgetter(0), merges)), list(map(itemgetter(1), merges))
-            keys = map(operator.add, map(operator.mul, map(encoder.__getitem__, lefts), repeat(n)),
-                       map(encoder.__getitem__, rights))
+            left_ids, right_ids = map(encoder.__getitem__, lefts), map(encoder.__getitem__, rights)
+            keys = map(operator.add, map(operator.mul, left_ids, repeat(n)), right_ids)  # left * n + right
             self.ranks = dict(zip(keys, range(len(lefts))))  # pair key -> rank: lower merges first
             self.merged = list(map(encoder.__getitem__, map(operator.add, lefts, rights)))  # rank -> merged id
         except KeyError as e:

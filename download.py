@@ -103,6 +103,8 @@ def download_model(model, models_dir=None, base_url=None, quiet=False, tries=5, 
 
 def fetch_file(url, path, quiet=False, tries=5, backoff=0.5):
     """Download url to path through path + '.part', resuming and retrying; rename when complete."""
+    if tries < 1:
+        raise ValueError(f"tries must be at least 1, got {tries}")
     part = path + ".part"
     for attempt in range(1, tries + 1):
         try:
