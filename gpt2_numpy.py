@@ -591,6 +591,10 @@ def run_generate(args, encoder, hparams, params):
         if stream and next_ids[0] != stop:
             sys.stdout.write(utf8.decode(encoder.decode_bytes(next_ids[:1])))
             sys.stdout.flush()
+    if first_token_time is None:  # no step at all (--n-tokens 0)
+        first_token_time = time.perf_counter()
+        if stream:
+            sys.stdout.write(args.prompt)
     elapsed = time.perf_counter() - start
     finish = ["endoftext" if s and s[-1] == stop else "length" for s in samples]
     samples = [s[:-1] if f == "endoftext" else s for s, f in zip(samples, finish)]

@@ -70,6 +70,11 @@ def test_greedy_text_is_hugging_faces_greedy_continuation(site, encoder):
     assert out == TURING_TEXT + want + "\n"
 
 
+def test_zero_new_tokens_prints_the_prompt(site):
+    mirror, models = site
+    assert text(run("Hello there", "--models-dir", models, "--n-tokens", "0", "--quiet"))[0] == "Hello there\n"
+
+
 def test_json_generation(site):
     mirror, models = site
     r = run(TURING_TEXT, "--models-dir", models, "--greedy", "--n-tokens", "20", "--no-stop", "--json",
