@@ -25,10 +25,11 @@ import argparse
 import codecs
 import json
 import operator
-from operator import itemgetter
 import os
+import re
 import sys
 from itertools import chain, repeat
+from operator import itemgetter
 
 import regex
 
@@ -90,6 +91,15 @@ PRETOKENIZE = regex.compile(
     r"|\s+"                     # any whitespace left (at the very end of the text)
 )
 
+# A speed-up that changes no result: cutting the text before pre-tokenizing it. No
+# piece holds a space after a non-space character (words, numbers and punctuation
+# take one space only in front), and the pattern never looks back, so the text may be
+# cut before every such space and each stretch encoded on its own. Python's `re`
+# finds these cuts in C, and a stretch is mostly one word with its punctuation, so
+# whole stretches are cached too. (`re`'s \S is stricter than `regex`'s: it calls a few
+# control characters whitespace, so it may miss a cut, but never makes a wrong one.)
+CUTS = re.compile(r"(?<=\S)(?= )")
+
 
 class Encoder:
     """encode(text) -> ids and decode(ids) -> text, from the vocabulary and the merge list.
@@ -124,7 +134,8 @@ class Encoder:
         except KeyError as e:
             raise VocabError(f"vocab.bpe: a merge uses the token {e.args[0]!r}, which encoder.json lacks") from None
         self.eot = encoder.get(ENDOFTEXT)
-        self.cache = PieceCache(self.encode_piece)
+        self.cache = Memo(self.encode_piece)  # piece -> ids
+        self.stretches = Memo(self.encode_stretch)  # stretch between two cuts -> ids
 
     # --- encoding -------------------------------------------------------------
 
@@ -155,16 +166,17 @@ class Encoder:
             yield parts
 
     def encode_piece(self, piece):
-        """One pre-token -> ids. A piece that is itself a token needs no merging
-        (tiktoken takes the same shortcut; tests check it changes no result)."""
+        """One pre-token -> ids (a tuple: cached, so it must not change). A piece that is
+        itself a token needs no merging (tiktoken takes the same shortcut; a test checks
+        it changes no result)."""
         data = piece.encode("utf-8")
         whole = self.encoder.get(to_printable(data))
         if whole is not None:
-            return [whole]
+            return (whole,)
         ids = [self.byte_ids[b] for b in data]
         for ids in self.merge_steps(ids):
             pass
-        return list(ids)
+        return tuple(ids)
 
     def encode(self, text, allowed_special=()):
         """Text -> ids. '<|endoftext|>' in the text is ordinary text unless
@@ -180,7 +192,11 @@ class Encoder:
             text.encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates become U+FFFD, as in tiktoken
             text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        return list(chain.from_iterable(map(self.cache.__getitem__, PRETOKENIZE.findall(text))))
+        return list(chain.from_iterable(map(self.stretches.__getitem__, CUTS.split(text))))
+
+    def encode_stretch(self, text):
+        """Pre-tokenize, then each piece's ids, one after another (a tuple, as it is cached)."""
+        return tuple(chain.from_iterable(map(self.cache.__getitem__, PRETOKENIZE.findall(text))))
 
     # --- decoding -------------------------------------------------------------
 
@@ -202,16 +218,18 @@ class Encoder:
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
 
-class PieceCache(dict):
-    """piece -> ids, computed on first use. Text repeats its words, so most
-    pieces are looked up, not merged; and the lookup runs in C (dict.__getitem__)."""
+class Memo(dict):
+    """text -> ids, computed on first use. Text repeats its words, so most are
+    looked up, not merged; and the lookup runs in C (dict.__getitem__). The ids are
+    tuples: Python's garbage collector stops tracking tuples of ints, but would walk
+    hundreds of thousands of cached lists again and again (cold encoding ~20% slower)."""
 
-    def __init__(self, encode_piece):
+    def __init__(self, compute):
         super().__init__()
-        self.encode_piece = encode_piece
+        self.compute = compute
 
-    def __missing__(self, piece):
-        ids = self[piece] = self.encode_piece(piece)
+    def __missing__(self, text):
+        ids = self[text] = self.compute(text)
         return ids
 
 

@@ -225,9 +225,29 @@ def test_decode_accepts_numpy_integers(encoder):
     assert encoder.decode(np.array([15496, 11, 995])) == "Hello, world"
 
 
-def test_pieces_are_cached(encoder):
-    encoder.encode(" cachedword")
+def test_pieces_and_stretches_are_cached(encoder):
+    encoder.encode("a cachedword, again")
     assert encoder.cache[" cachedword"] == encoder.encode_piece(" cachedword")
+    assert list(encoder.stretches[" cachedword,"]) == encoder.encode(" cachedword,")
+
+
+def test_cuts_are_found_with_a_whitespace_set_that_contains_regexs():
+    """Why `re` may find the cuts: every character `regex` calls whitespace, Python's str
+    calls whitespace too (Python adds U+001C..U+001F), so `re` never cuts where `regex`
+    would not."""
+    everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    assert all(c.isspace() for c in regex.findall(r"\s", everything))
+    assert [c for c in everything if c.isspace() and not regex.match(r"\s", c)] == list("\x1c\x1d\x1e\x1f")
+
+
+def test_cutting_the_text_changes_no_ids(encoder):
+    rng = random.Random(11)
+    alphabet = [" ", " ", "  ", "\n", "\t", "\x1c", "\x1f", "\xa0", "\u3000", "a", "Z", "é", "你", "1", "٣",
+                "'", "s", "!", ".", "🤗", "\u0301"]
+    texts = [c["text"] for c in GOLDEN if c["group"] != "surrogate"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    for text in texts:
+        assert encoder.encode(text) == list(encoder.encode_stretch(text)), repr(text)
 
 
 # --- building an encoder ---------------------------------------------------------------
