@@ -97,7 +97,7 @@ def download_model(model, models_dir=None, base_url=None, quiet=False, tries=5, 
             fetch_file(f"{base_url}/{model}/{name}", path, quiet=quiet, tries=tries, backoff=backoff)
             fetched = True
     if fetched:
-        _verify_fresh_download(folder)
+        _verify_fresh_download(folder, quiet)
     return folder
 
 
@@ -179,10 +179,10 @@ def _one_line(e):
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def _verify_fresh_download(folder):
+def _verify_fresh_download(folder, quiet):
     """A just-downloaded checkpoint must match its checksums; a bad data file is removed."""
     try:
-        verify_checkpoint(folder)
+        verify_checkpoint(folder, quiet=quiet)
     except CheckpointError as e:
         data = os.path.join(folder, MODEL_FILES[-1])
         if os.path.exists(data):
