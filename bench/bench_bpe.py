@@ -15,6 +15,7 @@ vendored files) runs single-threaded. Figures are medians over --repeats process
 import argparse
 import gettext
 import glob
+import importlib.util
 import json
 import os
 import random
@@ -22,7 +23,6 @@ import statistics
 import subprocess
 import sys
 import sysconfig
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -149,10 +149,9 @@ def main():
     size = os.path.getsize(CORPUS) / 1e6
     print(f"corpus: {size:.1f} MB of UTF-8 ({CORPUS})")
     which = ["ours", "classic"]
-    try:
-        import tiktoken  # noqa: F401
+    if importlib.util.find_spec("tiktoken"):
         which.append("tiktoken")
-    except ImportError:
+    else:
         print("tiktoken is not installed: skipped")
     results = {}
     for _ in range(args.repeats):  # interleaved, so that load on the machine hits all alike

@@ -11,6 +11,7 @@ and, for ours only, process start to first token of `python gpt2_numpy.py` with 
 Figures are medians; the ratio column is ours / Hugging Face from the same run.
 """
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -145,11 +146,10 @@ def main():
         raise SystemExit(f"no checkpoint in {folder}: run python bench/make_random_checkpoint.py {args.size}")
     which = ["ours"]
     if not args.skip_hf:
-        try:
-            import transformers  # noqa: F401
+        if importlib.util.find_spec("transformers") and importlib.util.find_spec("torch"):
             which.append("hf")
-        except ImportError:
-            print("transformers is not installed: measuring ours alone")
+        else:
+            print("transformers or torch is not installed: measuring ours alone")
     runs = {w: [] for w in which}
     for _ in range(args.rounds):
         for w in which:

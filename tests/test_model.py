@@ -255,7 +255,9 @@ def test_temperature_sharpens_and_zero_is_greedy():
 
 def test_the_same_seed_gives_the_same_tokens(models):
     hp, params = models["tiny"]
-    run = lambda seed: np.concatenate(list(g.generate([464, 3290], params, hp, 15, seed=seed, top_k=40, stop=None)))  # noqa: E731
+    def run(seed):
+        return np.concatenate(list(g.generate([464, 3290], params, hp, 15, seed=seed, top_k=40, stop=None)))
+
     assert run(7).tolist() == run(7).tolist()
     assert run(7).tolist() != run(8).tolist()
 
