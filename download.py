@@ -89,7 +89,10 @@ def download_model(model, models_dir=None, base_url=None, quiet=False, tries=5, 
     if model not in MODEL_SIZES:
         return folder
     base_url = (base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise DownloadError(f"cannot create {folder}: {e.strerror or e}") from None
     fetched = False
     for name in MODEL_FILES:
         path = os.path.join(folder, name)
@@ -180,14 +183,16 @@ def _one_line(e):
 
 
 def _verify_fresh_download(folder, quiet):
-    """A just-downloaded checkpoint must match its checksums; a bad data file is removed."""
+    """A just-downloaded checkpoint must be whole: the file an error names is removed,
+    so that the next run fetches it again (every CheckpointError begins with its file)."""
     try:
         verify_checkpoint(folder, quiet=quiet)
     except CheckpointError as e:
-        data = os.path.join(folder, MODEL_FILES[-1])
-        if os.path.exists(data):
-            os.remove(data)
-        raise CheckpointError(f"{e} (removed the downloaded data file: run again to fetch it again)") from None
+        bad = [name for name in MODEL_FILES if str(e).startswith(os.path.join(folder, name))]
+        for name in bad:
+            os.remove(os.path.join(folder, name))
+        removed = f" (removed {bad[0]}: run again to fetch it again)" if bad else ""
+        raise CheckpointError(f"{e}{removed}") from None
 
 
 # ----------------------------------------------------------------------------

@@ -102,9 +102,32 @@ def test_a_corrupt_download_is_caught_by_verification_and_removed(mirror, tmp_pa
     data = bytearray(open(served, "rb").read())
     data[777] ^= 1
     open(served, "wb").write(bytes(data))
-    with pytest.raises(CheckpointError, match="checksum mismatch .*removed the downloaded data file"):
+    with pytest.raises(CheckpointError, match=f"checksum mismatch .*removed {DATA_FILE}: run again"):
         fetch(mirror, tmp_path / "models")
     assert not (tmp_path / "models" / "124M" / DATA_FILE).exists()
+    assert (tmp_path / "models" / "124M" / "model.ckpt.index").exists()
+
+
+def test_a_corrupt_index_is_removed_and_the_data_kept(mirror, tmp_path):
+    served = os.path.join(mirror.root, "124M", "model.ckpt.index")
+    data = bytearray(open(served, "rb").read())
+    data[10] ^= 1
+    open(served, "wb").write(bytes(data))
+    with pytest.raises(CheckpointError, match="model.ckpt.index: checksum mismatch .*removed model.ckpt.index"):
+        fetch(mirror, tmp_path / "models")
+    folder = tmp_path / "models" / "124M"
+    assert not (folder / "model.ckpt.index").exists() and (folder / DATA_FILE).exists()
+    mirror.requests.clear()
+    open(served, "wb").write(bytes(data[:10]) + bytes([data[10] ^ 1]) + bytes(data[11:]))  # the mirror is mended
+    fetch(mirror, tmp_path / "models")
+    assert [p for p, _ in mirror.requests] == ["/124M/model.ckpt.index"]
+
+
+def test_a_models_folder_that_cannot_be_made_is_one_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(DownloadError, match="cannot create"):
+        download.download_model("124M", str(blocker / "models"), base_url="http://127.0.0.1:9", quiet=True)
 
 
 def test_a_full_disk_is_one_clear_error(mirror, tmp_path):
