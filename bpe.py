@@ -306,6 +306,7 @@ def main(argv=None):
                         help="folder with encoder.json and vocab.bpe (default: the copy in tests/data/gpt2-vocab)")
     parser.error = _fail
     args = parser.parse_args(argv)
+    sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'
     try:
         enc = get_encoder(args.vocab_dir)
         if args.ids:

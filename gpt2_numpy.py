@@ -618,6 +618,7 @@ def run_generate(args, encoder, hparams, params):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     use_threads(args.threads)
+    sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'
     try:
         if args.params is not None:
             return print_params(args.params, args.models_dir)

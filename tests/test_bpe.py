@@ -317,6 +317,13 @@ def test_cli_shows_each_merge():
     assert lines[-1].split(None, 1) == ["ids", "[30001, 1634]"]
 
 
+def test_cli_on_a_terminal_that_cannot_show_the_text():
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bpe.py"), "café 🤗"], capture_output=True,
+                       env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0
+    assert r.stdout.splitlines() == [b"c|af|?| ?|?|?", b"[66, 1878, 2634, 12520, 97, 245]"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--ids", "x"], "whole numbers"),
     (["--ids", "99999"], "99999"),

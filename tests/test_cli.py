@@ -75,6 +75,12 @@ def test_zero_new_tokens_prints_the_prompt(site):
     assert text(run("Hello there", "--models-dir", models, "--n-tokens", "0", "--quiet"))[0] == "Hello there\n"
 
 
+def test_a_terminal_that_cannot_show_the_text(site):
+    mirror, models = site
+    r = run("café 🤗", "--models-dir", models, "--n-tokens", "3", "--quiet", env={"PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0 and r.stdout.startswith(b"caf? ?")
+
+
 def test_json_generation(site):
     mirror, models = site
     r = run(TURING_TEXT, "--models-dir", models, "--greedy", "--n-tokens", "20", "--no-stop", "--json",
