@@ -245,10 +245,10 @@ def parse_vocab(encoder_json, vocab_bpe):
         vocab_bpe = vocab_bpe[vocab_bpe.find("\n") + 1:]
     tokens = vocab_bpe.split()
     merges = list(zip(tokens[0::2], tokens[1::2]))
-    if len(tokens) % 2 or len(merges) != len(vocab_bpe.strip().splitlines()):
-        lines = vocab_bpe.splitlines()
-        bad = next((n for n, line in enumerate(lines, 1) if line.strip() and len(line.split()) != 2), len(lines))
-        raise VocabError(f"vocab.bpe: merge line {bad} does not hold two tokens")
+    if len(tokens) != 2 * vocab_bpe.rstrip("\n").count("\n") + 2:  # not two tokens a line: find the line
+        for number, line in enumerate(vocab_bpe.splitlines(), start=1):
+            if line.strip() and len(line.split()) != 2:
+                raise VocabError(f"vocab.bpe: merge line {number} does not hold two tokens")
     return Encoder(encoder, merges)
 
 
