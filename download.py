@@ -228,6 +228,7 @@ def _crc32c_word_tables(t):
 
 
 CRC_TABLE = _crc32c_byte_table()
+CRC_TABLE_LIST = CRC_TABLE.tolist()  # for the byte-at-a-time loop on short inputs
 CRC_LOW, CRC_HIGH = _crc32c_word_tables(CRC_TABLE)
 
 
@@ -256,7 +257,7 @@ def _crc32c_update(state, data):
     while lanes < 1 << 16 and lanes * 2 * 1024 <= len(data):
         lanes *= 2
     if lanes < 8:
-        table = CRC_TABLE.tolist()
+        table = CRC_TABLE_LIST
         for byte in data.tobytes():
             state = table[(state ^ byte) & 0xFF] ^ (state >> 8)
         return state
@@ -265,8 +266,7 @@ def _crc32c_update(state, data):
     crc = np.zeros(lanes, np.uint32)
     for j in range(length // 4):
         crc ^= words[:, j]
-        halves = crc.view(np.uint16).reshape(lanes, 2)  # little-endian: low half first
-        crc = CRC_LOW[halves[:, 0]] ^ CRC_HIGH[halves[:, 1]]
+        crc = CRC_LOW[crc & 0xFFFF] ^ CRC_HIGH[crc >> 16]
     while len(crc) > 1:  # fold neighbouring lanes: crc(A + B) = zeros(crc(A), len(B)) ^ crc(B)
         crc = _apply(_zeros_operator(length), crc[0::2]) ^ crc[1::2]
         length *= 2
