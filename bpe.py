@@ -33,12 +33,14 @@ from operator import itemgetter
 
 import regex
 
+from errors import UserError, fail
+
 ENDOFTEXT = "<|endoftext|>"
 DEFAULT_VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "data", "gpt2-vocab")
 
 
-class VocabError(Exception):
-    """encoder.json or vocab.bpe is missing or not a GPT-2 vocabulary."""
+class VocabError(UserError):
+    """encoder.json or vocab.bpe is missing or not a GPT-2 vocabulary; .path names the file."""
 
 
 def bytes_to_unicode():
@@ -113,15 +115,15 @@ class Encoder:
         if list(encoder.values()) != list(range(n)):  # OpenAI's file is already in id order
             tokens.sort(key=encoder.get)
             if [encoder[t] for t in tokens] != list(range(n)):
-                raise VocabError("encoder.json: ids must be 0, 1, 2, ... with none missing or repeated")
+                raise VocabError("ids must be 0, 1, 2, ... with none missing or repeated", path="encoder.json")
         self.encoder = encoder
         try:
             self.token_bytes = [from_printable(t) for t in tokens]  # id -> the bytes it stands for
         except UnicodeEncodeError:
-            raise VocabError("encoder.json: a token uses a character outside the byte alphabet") from None
+            raise VocabError("a token uses a character outside the byte alphabet", path="encoder.json") from None
         missing = [c for c in CODE_PAGE if c not in encoder]
         if missing:
-            raise VocabError(f"encoder.json lacks the one-byte token {missing[0]!r}: every byte needs one")
+            raise VocabError(f"lacks the one-byte token {missing[0]!r}: every byte needs one", path="encoder.json")
         self.byte_ids = [encoder[c] for c in CODE_PAGE]  # byte -> its one-byte token
         # A merge rule joins the pair (left id, right id). We key each rule by one
         # int, left * n_vocab + right: cheaper to build and look up than a tuple.
@@ -132,38 +134,35 @@ class Encoder:
             self.ranks = dict(zip(keys, range(len(lefts))))  # pair key -> rank: lower merges first
             self.merged = list(map(encoder.__getitem__, map(operator.add, lefts, rights)))  # rank -> merged id
         except KeyError as e:
-            raise VocabError(f"vocab.bpe: a merge uses the token {e.args[0]!r}, which encoder.json lacks") from None
+            raise VocabError(f"a merge uses the token {e.args[0]!r}, which encoder.json lacks",
+                             path="vocab.bpe") from None
         self.eot = encoder.get(ENDOFTEXT)
         self.cache = Memo(self.encode_piece)  # piece -> ids
         self.stretches = Memo(self.encode_stretch)  # stretch between two cuts -> ids
 
     # --- encoding -------------------------------------------------------------
 
-    def merge_steps(self, ids):
-        """Merge ids (a piece's byte tokens) and yield the token list after each merge.
+    def merge_once(self, ids):
+        """One merge: join the adjacent pair whose rule has the lowest rank (came first in
+        vocab.bpe). -> the new list of ids, or None when no pair has a rule.
+        Among equal pairs the leftmost goes first, which gives the same result as
+        OpenAI's "merge every occurrence at once"."""
+        n = self.n_vocab
+        ranks = [self.ranks.get(a * n + b) for a, b in zip(ids, ids[1:])]  # pair i = (ids[i], ids[i+1])
+        ranked = [(rank, i) for i, rank in enumerate(ranks) if rank is not None]
+        if not ranked:
+            return None
+        rank, i = min(ranked)
+        return ids[:i] + [self.merged[rank]] + ids[i + 2:]
 
-        Rule: join the adjacent pair with the lowest merge rank; repeat until no pair
-        has a rule. We keep each adjacent pair's rank in a list, so after a merge
-        only the two pairs next to it are looked up again. A merge can only create
-        pairs of higher rank (their rules use the new token, so came later), and
-        taking the leftmost of equal ranks gives the same result as OpenAI's
-        "merge every occurrence at once"."""
-        no_rule, n = len(self.merged), self.n_vocab
-        ranks = self.ranks
-        parts = list(ids)
-        pair_ranks = [ranks.get(a * n + b, no_rule) for a, b in zip(parts, parts[1:])]
-        while pair_ranks:
-            best = min(pair_ranks)
-            if best == no_rule:
-                break
-            i = pair_ranks.index(best)
-            parts[i:i + 2] = [self.merged[best]]
-            del pair_ranks[i]
-            if i > 0:
-                pair_ranks[i - 1] = ranks.get(parts[i - 1] * n + parts[i], no_rule)
-            if i < len(pair_ranks):
-                pair_ranks[i] = ranks.get(parts[i] * n + parts[i + 1], no_rule)
-            yield parts
+    def merge(self, ids):
+        """Byte-level BPE on one piece: merge until no pair has a rule.   ids -> ids"""
+        ids = list(ids)
+        while True:
+            merged = self.merge_once(ids)
+            if merged is None:
+                return ids
+            ids = merged
 
     def encode_piece(self, piece):
         """One pre-token -> ids (a tuple: cached, so it must not change). A piece that is
@@ -173,21 +172,18 @@ class Encoder:
         whole = self.encoder.get(to_printable(data))
         if whole is not None:
             return (whole,)
-        ids = [self.byte_ids[b] for b in data]
-        for ids in self.merge_steps(ids):
-            pass
-        return tuple(ids)
+        return tuple(self.merge([self.byte_ids[b] for b in data]))
 
     def encode(self, text, allowed_special=()):
         """Text -> ids. '<|endoftext|>' in the text is ordinary text unless
         allowed_special contains it (or is "all"): then it becomes its id, 50256."""
         if allowed_special == "all" or ENDOFTEXT in allowed_special:
             if self.eot is None:
-                raise ValueError(f"this vocabulary has no {ENDOFTEXT}")
+                raise UserError(f"this vocabulary has no {ENDOFTEXT}")
             pieces = [self.encode(part) for part in text.split(ENDOFTEXT)]
             return pieces[0] + list(chain.from_iterable([self.eot] + p for p in pieces[1:]))
         if set(allowed_special) - {ENDOFTEXT}:
-            raise ValueError(f"unknown special tokens {sorted(set(allowed_special) - {ENDOFTEXT})}")
+            raise UserError(f"unknown special tokens {sorted(set(allowed_special) - {ENDOFTEXT})}")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates become U+FFFD, as in tiktoken
@@ -209,7 +205,7 @@ class Encoder:
             except TypeError:
                 raise TypeError(f"token ids must be integers, got {i!r}") from None
             if not 0 <= i < self.n_vocab:
-                raise ValueError(f"token id {i} is outside 0..{self.n_vocab - 1}")
+                raise UserError(f"token id {i} is outside 0..{self.n_vocab - 1}")
             out.append(self.token_bytes[i])
         return b"".join(out)
 
@@ -238,9 +234,9 @@ def parse_vocab(encoder_json, vocab_bpe):
     try:
         encoder = json.loads(encoder_json)
     except ValueError as e:
-        raise VocabError(f"encoder.json is not valid JSON ({e})") from None
+        raise VocabError(f"not valid JSON ({e})", path="encoder.json") from None
     if not isinstance(encoder, dict):
-        raise VocabError("encoder.json must hold a JSON object of token -> id")
+        raise VocabError("must hold a JSON object of token -> id", path="encoder.json")
     if vocab_bpe.startswith("#version"):
         vocab_bpe = vocab_bpe[vocab_bpe.find("\n") + 1:]
     tokens = vocab_bpe.split()
@@ -248,7 +244,7 @@ def parse_vocab(encoder_json, vocab_bpe):
     if len(tokens) != 2 * vocab_bpe.rstrip("\n").count("\n") + 2:  # not two tokens a line: find the line
         for number, line in enumerate(vocab_bpe.splitlines(), start=1):
             if line.strip() and len(line.split()) != 2:
-                raise VocabError(f"vocab.bpe: merge line {number} does not hold two tokens")
+                raise VocabError(f"merge line {number} does not hold two tokens", path="vocab.bpe")
     return Encoder(encoder, merges)
 
 
@@ -261,13 +257,13 @@ def get_encoder(folder):
             with open(path, encoding="utf-8") as f:
                 contents.append(f.read())
         except OSError as e:
-            raise VocabError(f"{path}: {e.strerror}") from None
+            raise VocabError(e.strerror, path=path) from None
         except UnicodeDecodeError:
-            raise VocabError(f"{path}: not UTF-8 text") from None
+            raise VocabError("not UTF-8 text", path=path) from None
     try:
         return parse_vocab(*contents)
     except VocabError as e:
-        raise VocabError(f"{folder}: {e}") from None
+        raise VocabError(e.message, path=os.path.join(folder, e.path)) from None
 
 
 # ----------------------------------------------------------------------------
@@ -289,9 +285,10 @@ def show_steps(enc, text):
         ids = [enc.byte_ids[b] for b in piece.encode("utf-8")]
         lines.append(f"piece {piece.translate(SHOW)!r}: {len(ids)} bytes")
         lines.append(f"  start    {show_tokens(enc, ids)}")
-        for ids in enc.merge_steps(ids):
+        while (merged := enc.merge_once(ids)) is not None:
+            ids = merged
             lines.append(f"  merge -> {show_tokens(enc, ids)}")
-        lines.append(f"  ids      {list(ids)}")
+        lines.append(f"  ids      {ids}")
     return "\n".join(lines)
 
 
@@ -304,7 +301,7 @@ def main(argv=None):
     parser.add_argument("--steps", action="store_true", help="show each merge, from bytes to final tokens")
     parser.add_argument("--vocab-dir", default=DEFAULT_VOCAB_DIR,
                         help="folder with encoder.json and vocab.bpe (default: the copy in tests/data/gpt2-vocab)")
-    parser.error = _fail
+    parser.error = fail
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'
     try:
@@ -313,7 +310,7 @@ def main(argv=None):
             try:
                 ids = [int(t) for t in " ".join(args.text).replace(",", " ").strip("[] ").split()]
             except ValueError:
-                _fail("--ids takes whole numbers, e.g. --ids 15496 11 995")
+                fail("--ids takes whole numbers, e.g. --ids 15496 11 995")
             print(enc.decode(ids))
             return 0
         text = " ".join(args.text)
@@ -323,14 +320,9 @@ def main(argv=None):
             ids = enc.encode(text)
             print(show_tokens(enc, ids))
             print(ids)
-    except (VocabError, ValueError, TypeError) as e:
-        _fail(str(e))
+    except UserError as e:
+        fail(str(e))
     return 0
-
-
-def _fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 if __name__ == "__main__":

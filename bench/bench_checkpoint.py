@@ -13,7 +13,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-import download  # noqa: E402
+import checkpoint  # noqa: E402
 
 
 def main():
@@ -25,14 +25,14 @@ def main():
     folder = args.folder or os.path.join(HERE, "out", f"{args.size}-random")
     if not os.path.exists(os.path.join(folder, "model.ckpt.index")):
         raise SystemExit(f"no checkpoint in {folder}: run python bench/make_random_checkpoint.py {args.size}")
-    download.verify_checkpoint(folder)  # warms the page cache
+    checkpoint.verify_checkpoint(folder)  # warms the page cache
     loads, verifies = [], []
     for _ in range(args.repeats):
         t = time.perf_counter()
-        download.load_checkpoint(folder)
+        checkpoint.load_checkpoint(folder)
         loads.append(time.perf_counter() - t)
         t = time.perf_counter()
-        nbytes = download.verify_checkpoint(folder)
+        nbytes = checkpoint.verify_checkpoint(folder)
         verifies.append(time.perf_counter() - t)
     load_ms, verify_s = 1e3 * statistics.median(loads), statistics.median(verifies)
     print(f"{folder}: {nbytes / 1e6:,.0f} MB of tensors")

@@ -26,8 +26,8 @@ WORKER = r'''
 import json, os, resource, sys, time
 sys.path.insert(0, ROOT)
 import numpy as np
-import download
-hp, params = download.load_checkpoint(FOLDER)
+from checkpoint import load_checkpoint
+hp, params = load_checkpoint(FOLDER)
 rng = np.random.default_rng(0)
 prompt = rng.integers(0, hp["n_vocab"], 16)
 prefill_ids = {T: rng.integers(0, hp["n_vocab"], T) for T in (16, 256, 1024)}

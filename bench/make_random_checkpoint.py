@@ -18,8 +18,8 @@ import tensorflow as tf
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
-from gpt2_numpy import gpt2_hparams  # noqa: E402
-from download import expected_shapes  # noqa: E402
+import shapes  # noqa: E402
+from checkpoint import stored_shapes  # noqa: E402
 
 
 def main():
@@ -28,21 +28,21 @@ def main():
     p.add_argument("--out", help="folder to write (default bench/out/<size>-random)")
     args = p.parse_args()
     out = args.out or os.path.join(HERE, "out", f"{args.size}-random")
-    hp = gpt2_hparams(args.size)
-    shapes = expected_shapes(hp)
+    hp = shapes.hparams(args.size)
+    tensor_shapes = stored_shapes(hp)
     rng = np.random.default_rng(0)
     os.makedirs(out, exist_ok=True)
     tf.compat.v1.disable_eager_execution()
     graph = tf.Graph()
     with graph.as_default():
         variables = {n: tf.compat.v1.get_variable(n, s, tf.float32, tf.compat.v1.zeros_initializer())
-                     for n, s in shapes.items()}
+                     for n, s in tensor_shapes.items()}
         value = tf.compat.v1.placeholder(tf.float32)
         saver = tf.compat.v1.train.Saver(list(variables.values()))
         with tf.compat.v1.Session(graph=graph) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             for name, var in variables.items():
-                shape = shapes[name]
+                shape = tensor_shapes[name]
                 if name.endswith("/g"):
                     array = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
                 else:

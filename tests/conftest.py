@@ -22,6 +22,11 @@ sys.path.insert(0, ROOT)
 import bpe  # noqa: E402
 
 
+def rand(*shape, seed=0, scale=1.0):
+    """A float32 array of standard normal values, the same for the same seed."""
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
 def checkpoint_dir(name):
     """A committed real-TensorFlow checkpoint: 'tiny', 'odd' or 'many'."""
     return os.path.join(DATA, name)

@@ -144,10 +144,17 @@ def test_merges_match_the_classic_algorithm(encoder, classic_ranks):
         pieces.update(bpe.PRETOKENIZE.findall("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))))
     for piece in sorted(pieces):
         data = piece.encode("utf-8")
-        ours = [encoder.byte_ids[b] for b in data]
-        for ours in encoder.merge_steps(ours):
-            pass
-        assert list(ours) == [vocab[t] for t in classic_bpe(bpe.to_printable(data), classic_ranks)], repr(piece)
+        ours = encoder.merge([encoder.byte_ids[b] for b in data])
+        want = [vocab[t] for t in classic_bpe(bpe.to_printable(data), classic_ranks)]
+        assert list(ours) == want, f"merge of {piece!r}'s bytes gave {list(ours)}, the classic BPE {want}"
+
+
+def test_one_merge_joins_the_pair_with_the_lowest_rank(encoder):
+    h, e, l, o, q = (encoder.byte_ids[ord(c)] for c in "heloq")
+    # of the pairs h e, e l, l l, l o, "h e" has the lowest rank (2): it merges first
+    assert encoder.merge_once([h, e, l, l, o]) == [encoder.encoder["he"], l, l, o]
+    assert encoder.merge_once([encoder.encoder["hello"]]) is None  # one token: no pair left
+    assert encoder.merge_once([q, q]) == [encoder.encoder["qq"]]
 
 
 def test_a_whole_token_merges_into_itself(encoder):
@@ -156,10 +163,7 @@ def test_a_whole_token_merges_into_itself(encoder):
     for i, data in enumerate(encoder.token_bytes):
         if i == encoder.eot:
             continue
-        ids = [encoder.byte_ids[b] for b in data]
-        for ids in encoder.merge_steps(ids):
-            pass
-        assert list(ids) == [i], (i, data)
+        assert list(encoder.merge([encoder.byte_ids[b] for b in data])) == [i], (i, data)
 
 
 # --- round trips, special token, decoding -----------------------------------------------

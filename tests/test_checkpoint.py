@@ -1,4 +1,4 @@
-"""Reading TensorFlow checkpoints without TensorFlow: format, integrity, and corrupt files."""
+"""checkpoint.py: reading TensorFlow checkpoints without TensorFlow: format, integrity, and corrupt files."""
 import os
 import random
 import shutil
@@ -7,41 +7,10 @@ import struct
 import numpy as np
 import pytest
 
-import download
-from download import CheckpointError
+import checkpoint
+import shapes
+from checkpoint import CheckpointError
 from conftest import checkpoint_dir, expected_tensors
-
-
-def reference_crc32c(data):
-    """Bit-at-a-time CRC-32C straight from its definition (reflected polynomial 0x82F63B78)."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-    return crc ^ 0xFFFFFFFF
-
-
-# --- CRC-32C --------------------------------------------------------------------------
-
-def test_crc32c_check_value():
-    assert download.crc32c(b"123456789") == 0xE3069283  # the standard check value
-
-
-@pytest.mark.parametrize("n", [0, 1, 3, 4, 7, 1000, 8191, 8192, 16384 + 5, 100_003])
-def test_crc32c_matches_the_definition_at_every_length(n):
-    data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
-    assert download.crc32c(data) == reference_crc32c(data.tobytes())
-
-
-def test_crc32c_of_a_float_array_is_over_its_bytes():
-    x = np.arange(5000, dtype=np.float32)
-    assert download.crc32c(x) == reference_crc32c(x.tobytes())
-
-
-def test_masked_crc32c():
-    c = reference_crc32c(b"abc")
-    assert download.masked_crc32c(b"abc") == ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 # --- the format ---------------------------------------------------------------------------
@@ -49,39 +18,31 @@ def test_masked_crc32c():
 @pytest.mark.parametrize("value, encoded", [(0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"),
                                             (300, b"\xac\x02"), (2**63, b"\x80" * 9 + b"\x01")])
 def test_read_varint(value, encoded):
-    assert download.read_varint(encoded + b"rest", 0) == (value, len(encoded))
+    assert checkpoint.read_varint(encoded + b"rest", 0) == (value, len(encoded))
 
 
 def test_footer_has_the_magic_and_two_handles():
     with open(os.path.join(checkpoint_dir("tiny"), "model.ckpt.index"), "rb") as f:
         buf = f.read()
-    (meta_offset, meta_size), (index_offset, index_size) = download.read_footer(buf)
+    (meta_offset, meta_size), (index_offset, index_size) = checkpoint.read_footer(buf)
     assert struct.unpack("<II", buf[-8:]) == (0x8B80FB57, 0xDB477524)
-    assert list(download.block_entries(download.read_block(buf, (meta_offset, meta_size)))) == []  # empty metaindex
+    assert list(checkpoint.block_entries(checkpoint.read_block(buf, (meta_offset, meta_size)))) == []  # empty metaindex
     assert index_offset + index_size + 5 + 48 == len(buf)
 
 
 @pytest.mark.parametrize("name", ["tiny", "odd", "many"])
 def test_load_checkpoint_reproduces_what_tensorflow_was_given(name):
-    hp, params = download.load_checkpoint(checkpoint_dir(name))
+    hp, params = checkpoint.load_checkpoint(checkpoint_dir(name))
     want = expected_tensors(name)
-    got = {"model/wte": params["wte"], "model/wpe": params["wpe"],
-           "model/ln_f/g": params["ln_f"]["g"], "model/ln_f/b": params["ln_f"]["b"]}
-    for i, block in enumerate(params["blocks"]):
-        p = f"model/h{i}/"
-        got.update({p + "ln_1/g": block["ln_1"]["g"], p + "ln_1/b": block["ln_1"]["b"],
-                    p + "ln_2/g": block["ln_2"]["g"], p + "ln_2/b": block["ln_2"]["b"]})
-        for part, layer in [("attn/c_attn", block["attn"]["c_attn"]), ("attn/c_proj", block["attn"]["c_proj"]),
-                            ("mlp/c_fc", block["mlp"]["c_fc"]), ("mlp/c_proj", block["mlp"]["c_proj"])]:
-            got[p + part + "/w"] = layer["w"][None]  # the checkpoint's [1, nx, nf]
-            got[p + part + "/b"] = layer["b"]
+    got = {f"model/{name}": a[None] if name.endswith("/w") else a  # weights are stored [1, n_in, n_out]
+           for name, a in shapes.flatten(params).items()}
     assert sorted(got) == sorted(want)
     for key in want:
         assert got[key].dtype == np.float32 and np.array_equal(got[key], want[key]), key
 
 
 def test_tensors_are_read_only_views_into_the_data_file():
-    _, params = download.load_checkpoint(checkpoint_dir("tiny"))
+    _, params = checkpoint.load_checkpoint(checkpoint_dir("tiny"))
     w = params["blocks"][0]["attn"]["c_attn"]["w"]
     assert isinstance(params["wte"], np.memmap) and isinstance(w, np.memmap)
     assert not params["wte"].flags.writeable and not w.flags.writeable
@@ -91,15 +52,15 @@ def test_tensors_are_read_only_views_into_the_data_file():
 def test_many_variables_span_several_index_data_blocks():
     with open(os.path.join(checkpoint_dir("many"), "model.ckpt.index"), "rb") as f:
         buf = f.read()
-    _, index_handle = download.read_footer(buf)
-    assert len(list(download.block_entries(download.read_block(buf, index_handle)))) >= 2
-    hp, params = download.load_checkpoint(checkpoint_dir("many"))
+    _, index_handle = checkpoint.read_footer(buf)
+    assert len(list(checkpoint.block_entries(checkpoint.read_block(buf, index_handle)))) >= 2
+    hp, params = checkpoint.load_checkpoint(checkpoint_dir("many"))
     assert hp["n_layer"] == len(params["blocks"]) == 800
 
 
 @pytest.mark.parametrize("name", ["tiny", "odd", "many"])
 def test_verify_accepts_a_good_checkpoint(name):
-    assert download.verify_checkpoint(checkpoint_dir(name)) == os.path.getsize(
+    assert checkpoint.verify_checkpoint(checkpoint_dir(name)) == os.path.getsize(
         os.path.join(checkpoint_dir(name), "model.ckpt.data-00000-of-00001"))
 
 
@@ -117,28 +78,28 @@ def test_a_flipped_byte_in_the_data_file_is_caught_by_verify(tiny_copy):
     data = bytearray(path.read_bytes())
     data[123_457] ^= 0x10
     path.write_bytes(bytes(data))
-    download.load_checkpoint(str(tiny_copy))  # loading does not read the data
+    checkpoint.load_checkpoint(str(tiny_copy))  # loading does not read the data
     with pytest.raises(CheckpointError, match="checksum mismatch in model/"):
-        download.verify_checkpoint(str(tiny_copy))
+        checkpoint.verify_checkpoint(str(tiny_copy))
 
 
 def test_a_truncated_data_file_is_named(tiny_copy):
     path = tiny_copy / "model.ckpt.data-00000-of-00001"
     path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match="data-00000-of-00001: too short"):
-        download.load_checkpoint(str(tiny_copy))
+        checkpoint.load_checkpoint(str(tiny_copy))
 
 
 def test_hparams_that_do_not_match_the_tensors(tiny_copy):
     (tiny_copy / "hparams.json").write_text('{"n_vocab": 50257, "n_ctx": 64, "n_embd": 8, "n_head": 2, "n_layer": 3}')
     with pytest.raises(CheckpointError, match="missing tensor model/h2/"):
-        download.load_checkpoint(str(tiny_copy))
+        checkpoint.load_checkpoint(str(tiny_copy))
     (tiny_copy / "hparams.json").write_text('{"n_vocab": 50257, "n_ctx": 64, "n_embd": 8, "n_head": 2, "n_layer": 1}')
     with pytest.raises(CheckpointError, match="unexpected tensor model/h1/"):
-        download.load_checkpoint(str(tiny_copy))
+        checkpoint.load_checkpoint(str(tiny_copy))
     (tiny_copy / "hparams.json").write_text('{"n_vocab": 50000, "n_ctx": 64, "n_embd": 8, "n_head": 2, "n_layer": 2}')
     with pytest.raises(CheckpointError, match=r"model/wte has shape \(50257, 8\), expected \(50000, 8\)"):
-        download.load_checkpoint(str(tiny_copy))
+        checkpoint.load_checkpoint(str(tiny_copy))
 
 
 @pytest.mark.parametrize("text, message", [
@@ -149,27 +110,27 @@ def test_hparams_that_do_not_match_the_tensors(tiny_copy):
 def test_bad_hparams(tiny_copy, text, message):
     (tiny_copy / "hparams.json").write_text(text)
     with pytest.raises(CheckpointError, match=message):
-        download.load_checkpoint(str(tiny_copy))
+        checkpoint.load_checkpoint(str(tiny_copy))
 
 
 def test_missing_files_are_named(tmp_path):
     with pytest.raises(CheckpointError, match="hparams.json"):
-        download.load_checkpoint(str(tmp_path))
+        checkpoint.load_checkpoint(str(tmp_path))
     shutil.copy(os.path.join(checkpoint_dir("tiny"), "hparams.json"), tmp_path)
     with pytest.raises(CheckpointError, match="model.ckpt.index"):
-        download.load_checkpoint(str(tmp_path))
+        checkpoint.load_checkpoint(str(tmp_path))
 
 
 def test_not_a_checkpoint(tiny_copy):
     (tiny_copy / "model.ckpt.index").write_text("<html>Not Found</html>" * 10)
     with pytest.raises(CheckpointError, match="model.ckpt.index: bad magic"):
-        download.load_checkpoint(str(tiny_copy))
+        checkpoint.load_checkpoint(str(tiny_copy))
 
 
 def test_1000_random_corruptions_of_the_index_load_identically_or_raise_checkpoint_error(tiny_copy):
     index_path = tiny_copy / "model.ckpt.index"
     original = index_path.read_bytes()
-    want = download.open_tensors(checkpoint_dir("tiny"), download.read_hparams(checkpoint_dir("tiny")))[0]
+    want = checkpoint.open_tensors(checkpoint_dir("tiny"), checkpoint.read_hparams(checkpoint_dir("tiny")))[0]
     rng = random.Random(1234)
     outcomes = {"identical": 0, "error": 0}
     for trial in range(1000):
@@ -185,7 +146,7 @@ def test_1000_random_corruptions_of_the_index_load_identically_or_raise_checkpoi
             data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
         index_path.write_bytes(bytes(data))
         try:
-            got = download.open_tensors(str(tiny_copy), download.read_hparams(str(tiny_copy)))[0]
+            got = checkpoint.open_tensors(str(tiny_copy), checkpoint.read_hparams(str(tiny_copy)))[0]
         except CheckpointError as e:
             assert str(e) and "\n" not in str(e)
             outcomes["error"] += 1

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+import cli
 import gpt2_numpy as g
 from conftest import DATA, ROOT, closed_port, model_folder_copy, tiny_mirror
 
@@ -136,6 +137,21 @@ def test_trace(site):
     lines = out.splitlines()
     assert lines[1].split()[:2] == ["token", "ids"]
     assert "[1, 3, 50257]" in lines[-1] and "h1.attn.weights" in out and "[1, 2, 3, 3]" in out
+
+
+def test_the_trace_table_lines_up_for_every_value(site):
+    """Each number ends where its column's heading ends, in every row, token ids included."""
+    mirror, models = site
+    lines = text(run("Hello, world", "--models-dir", models, "--trace"))[0].splitlines()
+    header = lines[0]
+    ends = [header.index(word) + len(word) for word in ("mean", "std", "min", "max")]
+    assert len(lines) > 20
+    for line in lines[1:]:
+        assert len(line) == len(header), line
+        for end in ends:
+            assert line[end - 1] != " " and line[end - 12] == " ", line  # a number, and a space before it
+        float_values = [float(v) for v in line[ends[0] - 13:].split()]
+        assert len(float_values) == 4, line
     one = text(run("Hello, world", "--models-dir", models, "--trace", "--trace-block", "1"))[0]
     assert "h1.ln_1" in one and "h0.ln_1" not in one
 
@@ -209,6 +225,29 @@ def test_a_trace_block_that_does_not_exist(site):
                           "--trace-block must be in 0..1")
 
 
+def test_a_bug_shows_its_traceback_and_is_not_called_a_user_error(tmp_path):
+    """A student's typical slip: c_fc and c_proj swapped in ffn. NumPy raises a ValueError
+    (shapes do not match); that is a bug, so the CLI must not turn it into 'error: ...' and 2."""
+    folder = model_folder_copy("tiny", str(tmp_path / "tiny"))
+    broken = ("import sys, gpt2_numpy, cli\n"
+              "def ffn(x, c_fc, c_proj, hook=gpt2_numpy.no_hook):\n"
+              "    return gpt2_numpy.linear(gpt2_numpy.gelu(gpt2_numpy.linear(x, **c_proj)), **c_fc)\n"
+              "gpt2_numpy.ffn = ffn\n"
+              "sys.exit(cli.main(sys.argv[1:]))\n")
+    r = subprocess.run([sys.executable, "-c", broken, "hi", "--model", folder, "--quiet"], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    assert r.returncode not in (0, 2), r.stderr
+    assert "Traceback" in r.stderr and "in ffn" in r.stderr and "matmul" in r.stderr
+    assert not r.stderr.startswith("error:")
+
+
+def test_user_errors_name_flags_from_a_table_not_from_rewritten_text():
+    e = g.UserError("must be a whole number >= 1, got 0", arg="top_k")
+    assert str(e) == "top_k must be a whole number >= 1, got 0"  # the Python API's name
+    assert cli.user_message(e) == "--top-k must be a whole number >= 1, got 0"
+    assert set(cli.FLAGS) >= {"n_tokens", "temperature", "top_k", "top_p", "n_samples"}
+
+
 def test_a_prompt_that_is_not_utf8():
     assert_one_line_error(run(b"caf\xe9"), "not valid UTF-8")
 
@@ -272,4 +311,4 @@ def test_ctrl_c_during_generation_exits_130(monkeypatch, tmp_path):
 
     monkeypatch.setattr(g, "generate", interrupted)
     folder = model_folder_copy("tiny", str(tmp_path / "tiny"))
-    assert g.main(["hi", "--model", folder, "--quiet"]) == 130
+    assert cli.main(["hi", "--model", folder, "--quiet"]) == 130

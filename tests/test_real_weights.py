@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import bpe
-import download
 import gpt2_numpy as g
+from checkpoint import load_checkpoint, verify_checkpoint
 
 MODELS = os.environ.get("GPT2_REAL_MODELS_DIR", "")
 FOLDER = os.path.join(os.path.expanduser(MODELS), "124M") if MODELS else ""
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def model():
-    hparams, params = download.load_checkpoint(FOLDER)
+    hparams, params = load_checkpoint(FOLDER)
     return bpe.get_encoder(FOLDER), hparams, params
 
 
@@ -53,4 +53,4 @@ def test_alan_turing_ids(model):
 
 
 def test_the_checkpoint_matches_its_checksums():
-    assert download.verify_checkpoint(FOLDER) > 400_000_000
+    assert verify_checkpoint(FOLDER) > 400_000_000

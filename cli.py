@@ -1,0 +1,272 @@
+"""The command line of gpt2_numpy.py: flags, printing and exit codes.
+
+    python gpt2_numpy.py "prompt"           generate (the default)
+    python gpt2_numpy.py "text" --score     each token's log-probability
+    python gpt2_numpy.py "text" --trace     every stage of one forward pass
+    python gpt2_numpy.py --params 355M      the parameter count by part
+
+Exit status: 0 done, 2 a user's mistake (one line on stderr, from a UserError), 130
+interrupted. Anything else is a bug and shows its traceback.
+"""
+import argparse
+import codecs
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import bpe
+import download
+import gpt2_numpy as g
+import look_inside
+import parameters
+import shapes
+from checkpoint import load_checkpoint
+from errors import UserError, fail
+
+# The Python API's argument names, as the command line spells them.
+FLAGS = {"n_tokens": "--n-tokens", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+         "n_samples": "--n-samples", "trace_block": "--trace-block"}
+
+
+def user_message(e):
+    """A UserError as the command-line user should read it: flags, not argument names."""
+    return f"{FLAGS[e.arg]} {e.message}" if e.arg in FLAGS else str(e)
+
+
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise ValueError
+    return value
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="gpt2_numpy.py",
+        description="GPT-2 in plain NumPy: generate text, score a text, count parameters, trace shapes.",
+        epilog="Models download on first use to --models-dir, else $GPT2_MODELS_DIR, else models/ beside this "
+               "file; --base-url or $GPT2_BASE_URL picks a mirror.")
+    p.add_argument("prompt", nargs="?", default=None,
+                   help="text to continue (or to score with --score, or to trace with --trace); "
+                        "empty: sample unconditionally")
+    p.add_argument("--model", default="124M", help="124M (default), 355M, 774M, 1558M, or a checkpoint folder")
+    p.add_argument("--models-dir", help="where model sizes are downloaded")
+    p.add_argument("--base-url", help="a mirror of OpenAI's model files")
+    p.add_argument("--n-tokens", type=int, default=40, help="tokens to generate (default 40)")
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1)")
+    p.add_argument("--top-k", type=int, default=None, help="sample only from the k most likely tokens")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: smallest set with this mass")
+    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed gives the same text")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token (temperature 0)")
+    p.add_argument("--n-samples", type=int, default=1, help="independent samples, run as one batch")
+    p.add_argument("--no-stop", action="store_true", help="keep going after <|endoftext|>")
+    p.add_argument("--score", action="store_true", help="print each token's log-probability, the loss "
+                                                        "and the perplexity of the prompt")
+    p.add_argument("--params", nargs="?", const="124M", metavar="MODEL",
+                   help="count parameters by part for a size, or 'all' (no prompt needed)")
+    p.add_argument("--trace", action="store_true", help="run one forward pass on the prompt and print "
+                                                        "every stage's shape and statistics")
+    p.add_argument("--trace-block", type=int, default=None, help="with --trace: only this block")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--threads", type=positive_int, default=None, help="BLAS threads (default: BLAS decides)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars, no speed report")
+    p.error = fail
+    args = p.parse_args(argv)
+    if args.greedy:
+        args.temperature = 0.0
+    try:
+        g.check_sampling(args.n_tokens, args.temperature, args.top_k, args.top_p, args.n_samples)
+    except UserError as e:
+        fail(user_message(e))
+    if args.prompt is None and args.params is None:
+        args.prompt = ""
+    if args.prompt is not None:
+        try:
+            args.prompt.encode("utf-8")
+        except UnicodeEncodeError:
+            fail("the prompt is not valid UTF-8 text")
+    if (args.score or args.trace) and not args.prompt:
+        fail("--score and --trace need a text")
+    return args
+
+
+def use_threads(n):
+    """BLAS reads its thread count once, when NumPy loads; so to change it, start again with it set."""
+    if n and os.environ.get("OMP_NUM_THREADS") != str(n):
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(n)
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    use_threads(args.threads)
+    sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'
+    try:
+        if args.params is not None:
+            return print_params(args.params, args.models_dir)
+        encoder, hparams, params = g.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+        if args.trace:
+            run_trace(args, encoder, hparams, params)
+        elif args.score:
+            run_score(args, encoder, hparams, params)
+        else:
+            run_generate(args, encoder, hparams, params)
+    except UserError as e:
+        fail(user_message(e))
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0
+
+
+# ----------------------------------------------------------------------------
+# Generating (the default)
+# ----------------------------------------------------------------------------
+
+def run_generate(args, encoder, hparams, params):
+    prompt_ids = encoder.encode(args.prompt)
+    stop = None if args.no_stop else g.ENDOFTEXT
+    start = time.perf_counter()
+    steps = g.generate(prompt_ids, params, hparams, args.n_tokens, args.temperature, args.top_k, args.top_p,
+                       args.seed, args.n_samples, stop)
+    stream = args.n_samples == 1 and not args.json
+    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    samples = [[] for _ in range(args.n_samples)]
+    first_token_time = None
+    for next_ids in steps:  # the first step checks the settings: nothing is printed before it
+        if first_token_time is None:
+            first_token_time = time.perf_counter()
+            if stream:
+                sys.stdout.write(args.prompt)
+        for sample, token in zip(samples, next_ids.tolist()):
+            if not sample or sample[-1] != stop:
+                sample.append(token)
+        if stream and next_ids[0] != stop:
+            sys.stdout.write(utf8.decode(encoder.decode_bytes(next_ids[:1])))
+            sys.stdout.flush()
+    if first_token_time is None:  # no step at all (--n-tokens 0)
+        first_token_time = time.perf_counter()
+        if stream:
+            sys.stdout.write(args.prompt)
+    elapsed = time.perf_counter() - start
+    finish = ["endoftext" if s and s[-1] == stop else "length" for s in samples]
+    samples = [s[:-1] if f == "endoftext" else s for s, f in zip(samples, finish)]
+    if args.json:
+        print(json.dumps({"model": args.model, "prompt_ids": prompt_ids,
+                          "samples": [{"ids": s, "text": encoder.decode(s), "finish": f}
+                                      for s, f in zip(samples, finish)]}))
+    elif stream:
+        print(utf8.decode(b"", final=True))
+    else:
+        for i, s in enumerate(samples):
+            print(f"{'=' * 20} SAMPLE {i + 1} {'=' * 20}\n{args.prompt}{encoder.decode(s)}")
+    n = sum(len(s) for s in samples)
+    if not args.quiet and n:
+        after_first = elapsed - (first_token_time - start)
+        print(f"[{n} tokens in {elapsed:.2f} s: prompt of {len(prompt_ids)} tokens and first token in "
+              f"{first_token_time - start:.2f} s, then {(n - args.n_samples) / max(after_first, 1e-9):.1f} "
+              f"tokens/s]", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------
+# --score
+# ----------------------------------------------------------------------------
+
+def run_score(args, encoder, hparams, params):
+    ids = encoder.encode(args.prompt)
+    if len(ids) > hparams["n_ctx"] + 1:  # the last token is only predicted, never read
+        raise UserError(f"the text has {len(ids)} tokens; at most {hparams['n_ctx'] + 1} can be scored")
+    logprobs, loss, perplexity = g.score(ids, params, hparams)
+    if args.json:
+        print(json.dumps({"ids": ids, "logprobs": [None] + [round(float(x), 6) for x in logprobs],
+                          "loss": loss, "perplexity": perplexity}))
+        return
+    print(f"{'token':<20}{'id':>7}{'log p':>10}")
+    for i, token in enumerate(ids):
+        lp = "" if i == 0 else f"{logprobs[i - 1]:10.4f}"
+        print(f"{encoder.decode([token]).translate(bpe.SHOW)!r:<20}{token:>7}{lp:>10}")
+    print(f"loss {loss:.4f} nats/token over {len(ids) - 1} predictions, perplexity {perplexity:.2f}")
+
+
+# ----------------------------------------------------------------------------
+# --trace
+# ----------------------------------------------------------------------------
+
+def run_trace(args, encoder, hparams, params):
+    if args.trace_block is not None and not 0 <= args.trace_block < hparams["n_layer"]:
+        raise UserError(f"must be in 0..{hparams['n_layer'] - 1}", arg="trace_block")
+    blocks = None if args.trace_block is None else {args.trace_block}
+    print_trace(look_inside.trace(encoder.encode(args.prompt), params, hparams["n_head"], blocks))
+
+
+TRACE_COLUMNS = (("stage", 20), ("shape", 22), ("mean", 13), ("std", 13), ("min", 13), ("max", 13))
+
+
+def print_trace(stages):
+    """One row a stage; the statistics are over the finite values (masked scores are -inf)."""
+    print("".join(f"{name:<{w}}" if i < 2 else f"{name:>{w}}" for i, (name, w) in enumerate(TRACE_COLUMNS)))
+    for name, a in stages:
+        finite = a[np.isfinite(a)].astype(np.float64)  # float64 only for the statistics
+        stats = (finite.mean(), finite.std(), finite.min(), finite.max()) if finite.size else (np.nan,) * 4
+        print(f"{name:<20}{str(list(a.shape)):<22}" + "".join(f" {v:>12.6g}" for v in stats))
+
+
+# ----------------------------------------------------------------------------
+# --params
+# ----------------------------------------------------------------------------
+
+def print_params(model, models_dir):
+    """--params: the count by part, and the tensors on disk counted too when they are there."""
+    if model != "all" and model not in shapes.SIZES:
+        folder = download.model_folder(model, models_dir)
+        return print_param_table({model: load_checkpoint(folder)})
+    loaded = {}
+    for size in (shapes.SIZES if model == "all" else [model]):
+        folder = download.model_folder(size, models_dir)
+        on_disk = os.path.exists(os.path.join(folder, "hparams.json"))
+        loaded[size] = (shapes.hparams(size), load_checkpoint(folder)[1] if on_disk else None)
+    print_param_table(loaded)
+    if model == "all":
+        print()
+        print_published()
+
+
+def print_param_table(models):
+    counts = {name: parameters.count_parameters(hp) for name, (hp, _) in models.items()}
+    names = list(models)
+    width = max(14, *(len(n) + 2 for n in names))
+    rows = [(part, lambda c, part=part: c["parts"][part], ",") for part in parameters.PARTS]
+    rows += [("  per block: attention", lambda c: c["block"]["attention"], ","),
+             ("  per block: mlp", lambda c: c["block"]["mlp"], ","),
+             ("  per block: 2 layer norms", lambda c: c["block"]["layer norms"], ","),
+             ("total", lambda c: c["total"], ","),
+             ("non-embedding", lambda c: c["non_embedding"], ","),
+             ("token embedding share", lambda c: c["wte_share"], ".1%"),
+             ("12·L·d² (approximation)", lambda c: c["approx_12Ld2"], ","),
+             ("  its error", lambda c: c["approx_error"], ".3%")]
+    print(f"{'part':<28}" + "".join(f"{n:>{width}}" for n in names))
+    for label, value, fmt in rows:
+        print(f"{label:<28}" + "".join(f"{value(counts[n]):>{width}{fmt}}" for n in names))
+    for name, (hp, params) in models.items():
+        if params is None:
+            continue
+        found = parameters.count_tensors(params)
+        diffs = [p for p in found if found[p] != counts[name]["parts"][p]]
+        if diffs:
+            print(f"{name}: the checkpoint's tensors differ from the formula in " +
+                  ", ".join(f"{p} ({found[p]:,} vs {counts[name]['parts'][p]:,})" for p in diffs))
+        else:
+            print(f"{name}: counting the checkpoint's tensors gives the same {sum(found.values()):,}")
+
+
+def print_published():
+    print(f"{'published shapes':<16}{'published':>12}{'counted':>20}{'difference':>12}")
+    for name, published, counted in parameters.published_counts():
+        print(f"{name:<16}{published / 1e9:>11.3g}B{counted:>20,}{(counted - published) / published:>12.2%}")

@@ -1,0 +1,27 @@
+"""Two kinds of failure, kept apart: a user's mistake, and a bug.
+
+A user's mistake (a bad flag value, an unknown model, a prompt too long for the
+context, a missing or corrupt file, no network) is a `UserError`. It carries what
+it is about as data: `arg`, the argument's name in the Python API ("top_k"), or
+`path`, the file. The command lines print it as one line and exit with status 2.
+
+Anything else is a bug, in this code or in a student's rewrite of a function: it
+is never caught, so it shows its traceback. (A matmul with mismatched shapes is a
+ValueError from NumPy, but not a UserError: you see where it happened.)
+"""
+import sys
+
+
+class UserError(ValueError):
+    """A mistake in what the user asked for or gave; str(e) is one line for them.
+    A subclass of ValueError, so that API users can catch it as one."""
+
+    def __init__(self, message, arg=None, path=None):
+        self.message, self.arg, self.path = message, arg, path
+        super().__init__(f"{arg} {message}" if arg else f"{path}: {message}" if path else message)
+
+
+def fail(message):
+    """Report a user's mistake on the command line: one line on stderr, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,78 @@
+"""GPT-2's facts, stated once: the four released sizes, and every tensor's name and shape.
+
+Everything else (the checkpoint reader, the downloader, the parameter count, the
+tests) takes these from here. The names are OpenAI's checkpoint names without
+their "model/" prefix; the shapes are the ones the model uses ([n_in, n_out] for
+a weight; the checkpoint stores it as [1, n_in, n_out], see checkpoint.py).
+
+    d = n_embd, V = n_vocab, T = n_ctx, L = n_layer
+    wte [V, d]  wpe [T, d]  h0 ... h{L-1} (the blocks, below)  ln_f/g, ln_f/b [d]
+"""
+
+N_VOCAB = 50257  # all four sizes share one vocabulary: 256 bytes + 50,000 merges + <|endoftext|>
+N_CTX = 1024  # and one context length
+SIZES = {  # the four released models
+    "124M": {"n_layer": 12, "n_embd": 768, "n_head": 12},
+    "355M": {"n_layer": 24, "n_embd": 1024, "n_head": 16},
+    "774M": {"n_layer": 36, "n_embd": 1280, "n_head": 20},
+    "1558M": {"n_layer": 48, "n_embd": 1600, "n_head": 25},
+}
+HPARAM_KEYS = ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")  # what hparams.json holds
+
+
+def hparams(size):
+    """The hparams.json of a released size: {n_vocab, n_ctx, n_embd, n_head, n_layer}."""
+    return {"n_vocab": N_VOCAB, "n_ctx": N_CTX, **SIZES[size]}
+
+
+def block_shapes(d):
+    """One transformer block's tensors, in the order the data meets them.   d = n_embd"""
+    return {"ln_1/g": (d,), "ln_1/b": (d,),
+            "attn/c_attn/w": (d, 3 * d), "attn/c_attn/b": (3 * d,),  # q, k and v side by side
+            "attn/c_proj/w": (d, d), "attn/c_proj/b": (d,),
+            "ln_2/g": (d,), "ln_2/b": (d,),
+            "mlp/c_fc/w": (d, 4 * d), "mlp/c_fc/b": (4 * d,),
+            "mlp/c_proj/w": (4 * d, d), "mlp/c_proj/b": (d,)}
+
+
+def tensor_shapes(hp):
+    """Every tensor of a GPT-2 with these hparams: {name: shape}."""
+    V, T, d = hp["n_vocab"], hp["n_ctx"], hp["n_embd"]
+    shapes = {"wte": (V, d), "wpe": (T, d)}
+    for i in range(hp["n_layer"]):
+        shapes.update({f"h{i}/{name}": shape for name, shape in block_shapes(d).items()})
+    shapes.update({"ln_f/g": (d,), "ln_f/b": (d,)})
+    return shapes
+
+
+def nest(tensors, n_layer):
+    """{name: array} -> params, nested as the names are:
+    {"wte", "wpe", "blocks": [{"ln_1": {"g", "b"}, "attn": {"c_attn": {"w", "b"}, "c_proj"}, "ln_2",
+                               "mlp": {"c_fc", "c_proj"}}, ...], "ln_f": {"g", "b"}}"""
+    params = {"blocks": [{} for _ in range(n_layer)]}
+    for name, array in tensors.items():
+        first, *path = name.split("/")
+        node, key = params, first
+        if first[0] == "h" and first[1:].isdigit():  # h3/attn/c_attn/w: block 3's attn -> c_attn -> w
+            node, key, path = params["blocks"][int(first[1:])], path[0], path[1:]
+        for part in path:  # walk down, making the dicts on the way: attn -> c_attn -> w
+            node = node.setdefault(key, {})
+            key = part
+        node[key] = array
+    return params
+
+
+def flatten(params):
+    """The inverse of nest: params -> {name: array}, in tensor_shapes' order."""
+    def walk(prefix, node):
+        if isinstance(node, dict):
+            for key, child in node.items():
+                yield from walk(f"{prefix}{key}/", child)
+        else:
+            yield prefix[:-1], node
+
+    flat = {"wte": params["wte"], "wpe": params["wpe"]}
+    for i, block in enumerate(params["blocks"]):
+        flat.update(walk(f"h{i}/", block))
+    flat.update(walk("ln_f/", params["ln_f"]))
+    return flat

@@ -1,0 +1,151 @@
+"""gpt2_numpy.py's building blocks, each against an independent reference written out element by
+element in float64. conftest.py runs this file first, so a student who rewrites a block meets its
+own test's failure before any test of the whole model."""
+import math
+
+import numpy as np
+import pytest
+
+import gpt2_numpy as g
+from conftest import rand
+
+
+def assert_float32(y, name):
+    """float32 in, float32 out; when not, say the usual reason."""
+    assert y.dtype == np.float32, (
+        f"{name} returned {y.dtype}, not float32: a NumPy float64 constant, such as np.sqrt(2 / np.pi) or "
+        "np.float64(0.5), promotes every float32 array it touches to float64. Use a Python float "
+        "(math.sqrt(2 / math.pi)) instead.")
+
+
+# --- 1. building blocks, each against a float64 reference written out element by element ---------
+
+def test_gelu_is_the_tanh_approximation():
+    x = rand(200, scale=4.0)
+    ref = [0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))) for v in x.astype(float)]
+    y = g.gelu(x)
+    assert_float32(y, "gelu")
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+    assert g.gelu(np.float32([0.0]))[0] == 0 and abs(g.gelu(np.float32([10.0]))[0] - 10) < 1e-5
+
+
+def test_the_hot_paths_gelu_equals_gelu():
+    x = rand(64, 300, seed=40, scale=4.0)
+    before = x.copy()
+    y = g.gelu_no_temporaries(x)
+    assert_float32(y, "gelu_no_temporaries")
+    np.testing.assert_allclose(y, g.gelu(x), rtol=2e-6, atol=1e-6)
+    assert np.array_equal(x, before)  # the input is not changed
+
+
+def test_softmax_matches_the_definition_and_does_not_overflow():
+    x = rand(4, 7, scale=3.0)
+    ref = np.array([[math.exp(v) / sum(math.exp(u) for u in row) for v in row] for row in x.reshape(-1, 7).astype(float)])
+    y = g.softmax(x)
+    assert_float32(y, "softmax")
+    np.testing.assert_allclose(y.reshape(-1, 7), ref, rtol=1e-5)
+    big = g.softmax(np.array([1000.0, 1001.0, -np.inf], np.float32))
+    np.testing.assert_allclose(big, [1 / (1 + math.e), math.e / (1 + math.e), 0], rtol=1e-6)
+
+
+def test_layer_norm_matches_the_definition():
+    x, gain, bias = rand(3, 5, 16, seed=1, scale=5.0), rand(16, seed=2), rand(16, seed=3)
+    ref = np.empty(x.shape)
+    for idx in np.ndindex(x.shape[:-1]):
+        row = x[idx].astype(float)
+        mean = sum(row) / len(row)
+        var = sum((v - mean) ** 2 for v in row) / len(row)
+        ref[idx] = [(v - mean) / math.sqrt(var + 1e-5) * gg + bb for v, gg, bb in zip(row, gain, bias)]
+    y = g.layer_norm(x, gain, bias)
+    assert_float32(y, "layer_norm")
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_layer_norm_of_a_constant_row_is_the_bias():
+    b = rand(8, seed=4)
+    np.testing.assert_allclose(g.layer_norm(np.full((2, 8), 3.0, np.float32), rand(8), b), np.broadcast_to(b, (2, 8)))
+
+
+def test_linear_matches_the_definition():
+    x, w, b = rand(2, 3, 4, seed=5), rand(4, 6, seed=6), rand(6, seed=7)
+    ref = np.array([[[sum(float(x[i, t, k]) * float(w[k, j]) for k in range(4)) + float(b[j]) for j in range(6)]
+                     for t in range(3)] for i in range(2)])
+    y = g.linear(x, w, b)
+    assert_float32(y, "linear")
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_ffn_is_c_proj_of_gelu_of_c_fc():
+    x = rand(1, 2, 4, seed=8)
+    c_fc, c_proj = {"w": rand(4, 16, seed=9), "b": rand(16, seed=10)}, {"w": rand(16, 4, seed=11), "b": rand(4, seed=12)}
+    hidden = x.astype(float) @ c_fc["w"] + c_fc["b"]
+    hidden = 0.5 * hidden * (1 + np.tanh(math.sqrt(2 / math.pi) * (hidden + 0.044715 * hidden ** 3)))
+    np.testing.assert_allclose(g.ffn(x, c_fc, c_proj), hidden @ c_proj["w"] + c_proj["b"], rtol=1e-4, atol=1e-5)
+
+
+# --- 2. attention ---------------------------------------------------------------------------
+
+def reference_attention(q, k, v):
+    """Loops: query i (at absolute position past + i) averages the values of keys 0..past+i."""
+    B, H, Tq, D = q.shape
+    past = k.shape[2] - Tq
+    out = np.zeros(q.shape)
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                scores = [float(q[b, h, i] @ k[b, h, j]) / math.sqrt(D) for j in range(past + i + 1)]
+                top = max(scores)
+                weights = [math.exp(s - top) for s in scores]
+                out[b, h, i] = sum(w * v[b, h, j].astype(float) for j, w in enumerate(weights)) / sum(weights)
+    return out
+
+
+def test_causal_mask():
+    m = g.causal_mask(3)
+    assert m.dtype == np.float32
+    assert np.array_equal(np.isinf(m), [[False, True, True], [False, False, True], [False, False, False]])
+    assert np.all(m[~np.isinf(m)] == 0)
+
+
+@pytest.mark.parametrize("past", [0, 3])
+def test_attention_matches_the_loop(past):
+    q, k, v = rand(2, 3, 5, 4, seed=13), rand(2, 3, 5 + past, 4, seed=14), rand(2, 3, 5 + past, 4, seed=15)
+    y = g.attention(q, k, v)
+    assert_float32(y, "attention")
+    np.testing.assert_allclose(y, reference_attention(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+def test_attention_weights_rows_sum_to_one_and_never_look_ahead():
+    w = g.attention_weights(rand(1, 2, 6, 4, seed=16), rand(1, 2, 6, 4, seed=17))
+    np.testing.assert_allclose(w.sum(-1), 1, rtol=1e-5)
+    assert np.all(np.triu(w[0, 0], k=1) == 0)
+
+
+@pytest.mark.parametrize("past", [0, 50])
+def test_blocked_attention_equals_attention(past):
+    q, k, v = rand(1, 2, 300, 8, seed=18), rand(1, 2, 300 + past, 8, seed=19), rand(1, 2, 300 + past, 8, seed=20)
+    np.testing.assert_allclose(g.blocked_attention(q, k, v, block=64), g.attention(q, k, v), rtol=1e-5, atol=1e-6)
+
+
+def test_split_and_merge_heads():
+    x = rand(2, 5, 12, seed=21)
+    heads = g.split_heads(x, 3)
+    assert heads.shape == (2, 3, 5, 4)
+    assert np.array_equal(heads[1, 2, 4], x[1, 4, 8:12])  # head h holds columns h*D .. (h+1)*D
+    assert np.array_equal(g.merge_heads(heads), x)
+
+
+def test_mha_matches_per_head_loops():
+    C, H = 12, 3
+    x = rand(2, 5, C, seed=22)
+    c_attn, c_proj = {"w": rand(C, 3 * C, seed=23), "b": rand(3 * C, seed=24)}, {"w": rand(C, C, seed=25), "b": rand(C, seed=26)}
+    qkv = x.astype(float) @ c_attn["w"] + c_attn["b"]
+    D = C // H
+    heads = []
+    for h in range(H):
+        q, k, v = (qkv[..., part * C + h * D: part * C + (h + 1) * D] for part in range(3))
+        heads.append(reference_attention(q[:, None], k[:, None], v[:, None])[:, 0])
+    ref = np.concatenate(heads, axis=-1) @ c_proj["w"] + c_proj["b"]
+    np.testing.assert_allclose(g.mha(x, c_attn, c_proj, H), ref, rtol=1e-4, atol=1e-4)
+
+
