@@ -24,6 +24,30 @@ def models():
 # --- the model against Hugging Face -------------------------------------------------------
 
 @pytest.mark.parametrize("case", CASES)
+def test_every_stage_matches_hugging_face(models, case):
+    """A wrong block fails here at the first stage where it goes wrong, not only at the logits.
+    Each block gets HF's own input (its hidden state), so errors do not pile up from block to block."""
+    hp, params = models[CASES[case]]
+    ids, hidden, attentions = GOLDEN[f"{case}/ids"], GOLDEN[f"{case}/hidden"], GOLDEN[f"{case}/attentions"]
+
+    def same(label, ours, theirs, bound):
+        assert ours.shape == theirs.shape, f"first differs at {label}: shape {ours.shape}, HF's {theirs.shape}"
+        worst = float(np.abs(ours - theirs).max())
+        assert worst <= bound, f"first differs at {label}: max difference {worst:.3g} (bound {bound:g})"
+
+    same("the embeddings (wte[ids] + wpe)", params["wte"][ids] + params["wpe"][:ids.shape[1]], hidden[0], 1e-6)
+    L = hp["n_layer"]
+    for i, block in enumerate(params["blocks"]):
+        seen = {}
+        out = g.transformer_block(hidden[i], **block, n_head=hp["n_head"],
+                                  hook=lambda name, x: seen.setdefault(name, x))
+        same(f"h{i} attention weights", seen["attn.weights"], attentions[i], 1e-6)
+        if i < L - 1:
+            same(f"h{i} output", out, hidden[i + 1], 1e-5)
+    same(f"h{L - 1} output, after ln_f", g.layer_norm(out, **params["ln_f"]), hidden[L], 1e-5)
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_logits_match_hugging_face(models, case):
     hp, params = models[CASES[case]]
     logits = g.gpt2(GOLDEN[f"{case}/ids"], params, hp["n_head"])

@@ -3,8 +3,8 @@ on the committed tiny checkpoints.
 
 The weights come from <name>_expected.npz (the values make_checkpoints.py gave to
 TensorFlow), not from our loader, so the goldens are independent of the code
-under test. Dev-only: `pip install torch==2.13.0 transformers` (made with
-transformers 5.24.0). Run:
+under test. Dev-only: `pip install torch==2.13.0 transformers` (the file's
+"versions" entry records which made it; last: torch 2.13.0, transformers 5.3.0). Run:
 
     python tests/data/make_hf_golden.py
 
@@ -17,6 +17,9 @@ Every case stores, under "<case>/...":
   loss           [B] mean of -logprobs
   greedy         [B, 20] HF's greedy continuation of ids (do_sample=False)
   min_margin     smallest gap between the best and second-best logit along the greedy path
+  hidden         [L+1, B, T, C] output_hidden_states: the residual stream into each block
+                 (hidden[0] = wte[ids] + wpe), and last, ln_f of the last block's output
+  attentions     [L, B, H, T, T] output_attentions (eager attention): each block's weights
 """
 import os
 
@@ -43,6 +46,7 @@ def hf_model(name):
                                      n_layer=hp["n_layer"], n_head=hp["n_head"], activation_function="gelu_new",
                                      layer_norm_epsilon=1e-5, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                      tie_word_embeddings=True)
+    config._attn_implementation = "eager"  # the attention weights are only returned by the eager path
     model = transformers.GPT2LMHeadModel(config).float().eval()
     t = expected(name)
     state = {"transformer.wte.weight": t["model/wte"], "transformer.wpe.weight": t["model/wpe"],
@@ -78,12 +82,14 @@ def greedy_path(model, ids, n):
 def case(model, hp, ids, cols, n_greedy=20):
     ids = np.asarray(ids, dtype=np.int64)
     with torch.no_grad():
-        logits = model(torch.tensor(ids)).logits.float()  # [B, T, V]
+        out = model(torch.tensor(ids), output_hidden_states=True, output_attentions=True)
+        logits = out.logits.float()  # [B, T, V]
         logp = torch.log_softmax(logits, dim=-1)
         lp = torch.gather(logp[:, :-1], 2, torch.tensor(ids[:, 1:, None])).squeeze(-1)
         losses = torch.stack([model(torch.tensor(row[None]), labels=torch.tensor(row[None])).loss for row in ids])
     out = {"ids": ids, "cols": cols, "logits_cols": logits[:, :, cols].numpy(), "last_logits": logits[:, -1].numpy(),
-           "logprobs": lp.numpy(), "loss": losses.numpy()}
+           "logprobs": lp.numpy(), "loss": losses.numpy(),
+           "hidden": torch.stack(out.hidden_states).numpy(), "attentions": torch.stack(out.attentions).numpy()}
     if n_greedy and ids.shape[1] + n_greedy <= hp["n_ctx"]:
         out["greedy"], out["min_margin"] = greedy_path(model, ids, n_greedy)
     return out
