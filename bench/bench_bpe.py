@@ -1,6 +1,9 @@
 """Tokenizer throughput: bpe.py against OpenAI's classic loop and tiktoken, in one run.
 
-    python bench/bench_bpe.py [--mb 12] [--repeats 3]
+    python bench/bench_bpe.py [--mb 12] [--repeats 3] [--baseline DIR]
+
+--baseline DIR also runs the bpe.py of another checkout (say, main before a change:
+`git worktree add DIR main`), interleaved with this one, so both face the same load.
 
 The corpus (not committed) is assembled from text already on the machine: the
 translated messages of every gettext catalogue (*.mo: dozens of languages and
@@ -110,7 +113,7 @@ RUNNER = r'''
 import json, os, sys, time
 sys.path.insert(0, ROOT)
 text = open(CORPUS, encoding="utf-8").read()
-if WHICH == "ours":
+if WHICH in ("ours", "baseline"):
     import bpe
     encode = bpe.get_encoder(VOCAB).encode
 elif WHICH == "classic":
@@ -130,8 +133,8 @@ print(json.dumps({"cold": times[0], "warm": times[1], "n_ids": len(ids), "checks
 '''
 
 
-def run(which):
-    code = (f"ROOT={ROOT!r}; CORPUS={CORPUS!r}; VOCAB={VOCAB!r}; WHICH={which!r}; CLASSIC={CLASSIC!r}\n" + RUNNER)
+def run(which, root=ROOT):
+    code = (f"ROOT={root!r}; CORPUS={CORPUS!r}; VOCAB={VOCAB!r}; WHICH={which!r}; CLASSIC={CLASSIC!r}\n" + RUNNER)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "RAYON_NUM_THREADS": "1"})
     if r.returncode:
@@ -143,12 +146,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mb", type=float, default=12)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--baseline", help="another checkout whose bpe.py runs too, interleaved")
     args = p.parse_args()
     if not os.path.exists(CORPUS) or os.path.getsize(CORPUS) < args.mb * 1e6 * 0.99:
         assemble_corpus(args.mb)
     size = os.path.getsize(CORPUS) / 1e6
     print(f"corpus: {size:.1f} MB of UTF-8 ({CORPUS})")
-    which = ["ours", "classic"]
+    which = ["ours", "classic"] + (["baseline"] if args.baseline else [])
     if importlib.util.find_spec("tiktoken"):
         which.append("tiktoken")
     else:
@@ -156,7 +160,7 @@ def main():
     results = {}
     for _ in range(args.repeats):  # interleaved, so that load on the machine hits all alike
         for w in which:
-            results.setdefault(w, []).append(run(w))
+            results.setdefault(w, []).append(run(w, args.baseline if w == "baseline" else ROOT))
     checks = {w: (r[0]["n_ids"], r[0]["checksum"]) for w, r in results.items()}
     print("same ids from all:", len(set(checks.values())) == 1, checks)
     mbps = {w: {k: statistics.median(size / x[k] for x in r) for k in ("cold", "warm")} for w, r in results.items()}
@@ -165,6 +169,9 @@ def main():
         print(f"{w:<10}{m['cold']:>12.2f}{m['warm']:>12.2f}")
     print(f"ours / classic: cold {mbps['ours']['cold'] / mbps['classic']['cold']:.2f}x, "
           f"warm {mbps['ours']['warm'] / mbps['classic']['warm']:.2f}x")
+    if "baseline" in mbps:
+        print(f"ours / baseline: cold {mbps['ours']['cold'] / mbps['baseline']['cold']:.2f}x, "
+              f"warm {mbps['ours']['warm'] / mbps['baseline']['warm']:.2f}x")
     if "tiktoken" in mbps:
         print(f"ours / tiktoken: cold {mbps['ours']['cold'] / mbps['tiktoken']['cold']:.2f}x, "
               f"warm {mbps['ours']['warm'] / mbps['tiktoken']['warm']:.2f}x")

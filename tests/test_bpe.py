@@ -157,13 +157,24 @@ def test_one_merge_joins_the_pair_with_the_lowest_rank(encoder):
     assert encoder.merge_once([q, q]) == [encoder.encoder["qq"]]
 
 
+def test_the_fast_merge_equals_merge(encoder):
+    """encode uses merge_fast; it must give what the plain merge gives, piece for piece."""
+    rng = random.Random(8)
+    words = [list(data) for data in encoder.token_bytes[256:4000]]
+    words += [list("".join(rng.choice("abcdefghijklmnop qrstuvwxyzé你") for _ in range(rng.randint(2, 25)))
+                   .encode("utf-8")) for _ in range(2000)]
+    for data in words:
+        ids = [encoder.byte_ids[b] for b in data]
+        assert encoder.merge_fast(ids) == list(encoder.merge(ids)), bytes(data)
+
+
 def test_a_whole_token_merges_into_itself(encoder):
     """Why encode_piece may skip merging a piece that is already a token: for this vocabulary,
     merging any token's bytes always ends in that very token."""
     for i, data in enumerate(encoder.token_bytes):
         if i == encoder.eot:
             continue
-        assert list(encoder.merge([encoder.byte_ids[b] for b in data])) == [i], (i, data)
+        assert encoder.merge_fast([encoder.byte_ids[b] for b in data]) == [i], (i, data)
 
 
 # --- round trips, special token, decoding -----------------------------------------------
