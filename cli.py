@@ -55,24 +55,11 @@ def parse_args(argv):
     p.add_argument("--model", default="124M", help="124M (default), 355M, 774M, 1558M, or a checkpoint folder")
     p.add_argument("--models-dir", help="where model sizes are downloaded")
     p.add_argument("--base-url", help="a mirror of OpenAI's model files")
-    p.add_argument("--n-tokens", type=int, default=40, help="tokens to generate (default 40)")
-    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1)")
-    p.add_argument("--top-k", type=int, default=None, help="sample only from the k most likely tokens")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: smallest set with this mass")
-    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed gives the same text")
-    p.add_argument("--greedy", action="store_true", help="always take the most likely token (temperature 0)")
-    p.add_argument("--n-samples", type=int, default=1, help="independent samples, run as one batch")
-    p.add_argument("--no-stop", action="store_true", help="keep going after <|endoftext|>")
-    p.add_argument("--score", action="store_true", help="print each token's log-probability, the loss "
-                                                        "and the perplexity of the prompt")
-    p.add_argument("--params", nargs="?", const="124M", metavar="MODEL",
-                   help="count parameters by part for a size, or 'all' (no prompt needed)")
-    p.add_argument("--trace", action="store_true", help="run one forward pass on the prompt and print "
-                                                        "every stage's shape and statistics")
-    p.add_argument("--trace-block", type=int, default=None, help="with --trace: only this block")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--threads", type=positive_int, default=None, help="BLAS threads (default: BLAS decides)")
     p.add_argument("--quiet", action="store_true", help="no progress bars, no speed report")
+    for add_flags in (generate_flags, score_flags, trace_flags, params_flags):  # each beside its printing, below
+        add_flags(p)
     p.error = fail
     args = p.parse_args(argv)
     if args.greedy:
@@ -130,6 +117,17 @@ def main(argv=None):
 # Generating (the default)
 # ----------------------------------------------------------------------------
 
+def generate_flags(p):
+    p.add_argument("--n-tokens", type=int, default=40, help="tokens to generate (default 40)")
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1)")
+    p.add_argument("--top-k", type=int, default=None, help="sample only from the k most likely tokens")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: smallest set with this mass")
+    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed gives the same text")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token (temperature 0)")
+    p.add_argument("--n-samples", type=int, default=1, help="independent samples, run as one batch")
+    p.add_argument("--no-stop", action="store_true", help="keep going after <|endoftext|>")
+
+
 def run_generate(args, encoder, hparams, params):
     prompt_ids = encoder.encode(args.prompt)
     stop = None if args.no_stop else g.ENDOFTEXT
@@ -179,6 +177,11 @@ def run_generate(args, encoder, hparams, params):
 # --score
 # ----------------------------------------------------------------------------
 
+def score_flags(p):
+    p.add_argument("--score", action="store_true", help="print each token's log-probability, the loss "
+                                                        "and the perplexity of the prompt")
+
+
 def run_score(args, encoder, hparams, params):
     ids = encoder.encode(args.prompt)
     if len(ids) > hparams["n_ctx"] + 1:  # the last token is only predicted, never read
@@ -198,6 +201,12 @@ def run_score(args, encoder, hparams, params):
 # ----------------------------------------------------------------------------
 # --trace
 # ----------------------------------------------------------------------------
+
+def trace_flags(p):
+    p.add_argument("--trace", action="store_true", help="run one forward pass on the prompt and print "
+                                                        "every stage's shape and statistics")
+    p.add_argument("--trace-block", type=int, default=None, help="with --trace: only this block")
+
 
 def run_trace(args, encoder, hparams, params):
     if args.trace_block is not None and not 0 <= args.trace_block < hparams["n_layer"]:
@@ -221,6 +230,11 @@ def print_trace(stages):
 # ----------------------------------------------------------------------------
 # --params
 # ----------------------------------------------------------------------------
+
+def params_flags(p):
+    p.add_argument("--params", nargs="?", const="124M", metavar="MODEL",
+                   help="count parameters by part for a size, or 'all' (no prompt needed)")
+
 
 def print_params(model, models_dir):
     """--params: the count by part, and the tensors on disk counted too when they are there."""
