@@ -58,8 +58,8 @@ def parse_args(argv):
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--threads", type=positive_int, default=None, help="BLAS threads (default: BLAS decides)")
     p.add_argument("--quiet", action="store_true", help="no progress bars, no speed report")
-    for add_flags in (generate_flags, score_flags, trace_flags, params_flags):  # each beside its printing, below
-        add_flags(p)
+    for add_flags in (generate_flags, score_flags, trace_flags, look_inside_flags, params_flags):  # each beside its
+        add_flags(p)  # printing, below
     p.error = fail
     args = p.parse_args(argv)
     if args.greedy:
@@ -75,8 +75,10 @@ def parse_args(argv):
             args.prompt.encode("utf-8")
         except UnicodeEncodeError:
             fail("the prompt is not valid UTF-8 text")
-    if (args.score or args.trace) and not args.prompt:
-        fail("--score and --trace need a text")
+    if (args.score or args.trace or args.lens or args.html) and not args.prompt:
+        fail("--score, --trace, --lens and --html need a text")
+    if args.top is not None and args.top < 1:
+        fail("--top must be at least 1")
     return args
 
 
@@ -98,6 +100,12 @@ def main(argv=None):
         encoder, hparams, params = g.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
         if args.trace:
             run_trace(args, encoder, hparams, params)
+        elif args.lens:
+            run_lens(args, encoder, hparams, params)
+        elif args.html:
+            run_html(args, encoder, hparams, params)
+        elif args.top is not None and not args.json:
+            run_top(args, encoder, hparams, params)
         elif args.score:
             run_score(args, encoder, hparams, params)
         else:
@@ -132,8 +140,14 @@ def run_generate(args, encoder, hparams, params):
     prompt_ids = encoder.encode(args.prompt)
     stop = None if args.no_stop else g.ENDOFTEXT
     start = time.perf_counter()
+    alternatives = []  # per step, per sample: the top --top tokens of the distribution sampled from
+
+    def watch(logits):
+        probs = g.sampling_probs(logits, args.temperature or 1.0, args.top_k, args.top_p)
+        alternatives.append([top_entries(encoder, row, args.top) for row in probs])
+
     steps = g.generate(prompt_ids, params, hparams, args.n_tokens, args.temperature, args.top_k, args.top_p,
-                       args.seed, args.n_samples, stop)
+                       args.seed, args.n_samples, stop, watch=watch if args.json and args.top else None)
     stream = args.n_samples == 1 and not args.json
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
     samples = [[] for _ in range(args.n_samples)]
@@ -157,9 +171,12 @@ def run_generate(args, encoder, hparams, params):
     finish = ["endoftext" if s and s[-1] == stop else "length" for s in samples]
     samples = [s[:-1] if f == "endoftext" else s for s, f in zip(samples, finish)]
     if args.json:
-        print(json.dumps({"model": args.model, "prompt_ids": prompt_ids,
-                          "samples": [{"ids": s, "text": encoder.decode(s), "finish": f}
-                                      for s, f in zip(samples, finish)]}))
+        out = {"model": args.model, "prompt_ids": prompt_ids,
+               "samples": [{"ids": s, "text": encoder.decode(s), "finish": f} for s, f in zip(samples, finish)]}
+        if args.top:
+            for i, sample in enumerate(out["samples"]):
+                sample["top"] = [step[i] for step in alternatives[:len(sample["ids"])]]
+        print(json.dumps(out))
     elif stream:
         print(utf8.decode(b"", final=True))
     else:
@@ -212,10 +229,10 @@ def run_trace(args, encoder, hparams, params):
     if args.trace_block is not None and not 0 <= args.trace_block < hparams["n_layer"]:
         raise UserError(f"must be in 0..{hparams['n_layer'] - 1}", arg="trace_block")
     blocks = None if args.trace_block is None else {args.trace_block}
-    print_trace(look_inside.trace(encoder.encode(args.prompt), params, hparams["n_head"], blocks))
+    print_trace(look_inside.trace(encoder.encode(args.prompt), params, hparams, blocks))
 
 
-TRACE_COLUMNS = (("stage", 20), ("shape", 22), ("mean", 13), ("std", 13), ("min", 13), ("max", 13))
+TRACE_COLUMNS = (("stage", 34), ("shape", 22), ("mean", 13), ("std", 13), ("min", 13), ("max", 13))
 
 
 def print_trace(stages):
@@ -224,7 +241,80 @@ def print_trace(stages):
     for name, a in stages:
         finite = a[np.isfinite(a)].astype(np.float64)  # float64 only for the statistics
         stats = (finite.mean(), finite.std(), finite.min(), finite.max()) if finite.size else (np.nan,) * 4
-        print(f"{name:<20}{str(list(a.shape)):<22}" + "".join(f" {v:>12.6g}" for v in stats))
+        print(f"{name:<34}{str(list(a.shape)):<22}" + "".join(f" {v:>12.6g}" for v in stats))
+
+
+# ----------------------------------------------------------------------------
+# Looking inside: --top, --lens, --html
+# ----------------------------------------------------------------------------
+
+def look_inside_flags(p):
+    p.add_argument("--top", type=int, default=None, metavar="K",
+                   help="the K most likely next tokens after the prompt, with their probabilities; with --json, "
+                        "while generating: each step's K most likely tokens after temperature, top-k and top-p")
+    p.add_argument("--lens", action="store_true", help="the logit lens: each layer's top next token at each "
+                                                       "position (--json: the numbers)")
+    p.add_argument("--html", metavar="FILE", help="write one self-contained page: the tokens, every head's "
+                                                  "attention, the logit lens and the next-token table")
+
+
+def shown_token(encoder, i):
+    return encoder.decode([int(i)]).translate(bpe.SHOW)
+
+
+def top_entries(encoder, probs, k):
+    """The k most likely tokens of a distribution [V], as JSON-ready dicts."""
+    top = np.argsort(-probs, kind="stable")[:k]
+    return [{"id": int(i), "token": encoder.decode([int(i)]), "prob": round(float(probs[i]), 6),
+             "logprob": round(float(np.log(probs[i])), 6) if probs[i] > 0 else None} for i in top]
+
+
+def run_top(args, encoder, hparams, params):
+    ids = encoder.encode(args.prompt)
+    logits = g.gpt2(ids, params, hparams["n_head"], last_only=True)[-1]
+    top, probs, logprobs = look_inside.next_token_table(logits, args.top)
+    print(f"after {len(ids)} tokens, ...{shown_token(encoder, ids[-1])!r}:")
+    print(f"{'rank':>4}  {'token':<20}{'id':>7}{'prob':>10}{'log p':>10}")
+    for rank, (i, p, lp) in enumerate(zip(top, probs, logprobs), start=1):
+        print(f"{rank:>4}  {shown_token(encoder, i)!r:<20}{int(i):>7}{p:>10.4f}{lp:>10.4f}")
+
+
+def lens_rows(hparams):
+    return ["embed"] + [f"h{i}" for i in range(hparams["n_layer"])]
+
+
+def run_lens(args, encoder, hparams, params):
+    ids = encoder.encode(args.prompt)
+    if len(ids) > hparams["n_ctx"]:
+        raise UserError(f"the text has {len(ids)} tokens; the model reads at most {hparams['n_ctx']}")
+    lens = look_inside.logit_lens([ids], params, hparams)
+    if args.json:
+        print(json.dumps({"ids": ids, "tokens": [encoder.decode([i]) for i in ids], "layers": lens_rows(hparams),
+                          "top": lens["top"][:, 0].tolist(),
+                          "top_token": [[encoder.decode([i]) for i in row] for row in lens["top"][:, 0].tolist()],
+                          "top_prob": np.round(lens["top_prob"][:, 0], 6).tolist(),
+                          "target": lens["target"][0].tolist(),
+                          "target_prob": np.round(lens["target_prob"][:, 0], 6).tolist(),
+                          "target_rank": lens["target_rank"][:, 0].tolist()}))
+        return
+    def cell(text, width=12):  # one column of the table: cut a long token short
+        return (text if len(text) < width else text[:width - 2] + "…").ljust(width)
+
+    print("the logit lens: each layer's most likely next token at each position (the last row is the model's)")
+    print(f"{'':<7}" + "".join(cell(shown_token(encoder, i)) for i in ids))
+    for name, row in zip(lens_rows(hparams), lens["top"][:, 0]):
+        print(f"{name:<7}" + "".join(cell(shown_token(encoder, i)) for i in row))
+
+
+def run_html(args, encoder, hparams, params):
+    import html_page  # only this subcommand needs it
+
+    ids = encoder.encode(args.prompt)
+    if len(ids) > hparams["n_ctx"]:
+        raise UserError(f"the text has {len(ids)} tokens; the model reads at most {hparams['n_ctx']}")
+    title = os.path.basename(os.path.normpath(args.model))  # a size, or the folder's name
+    size = html_page.write_page(args.html, ids, encoder, params, hparams, title=title)
+    print(f"{args.html}: {size:,} bytes")
 
 
 # ----------------------------------------------------------------------------

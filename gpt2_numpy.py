@@ -258,18 +258,24 @@ def top_p_filter(logits, p):
     return np.where(drop, -np.inf, logits).astype(np.float32)
 
 
-def sample_next(logits, rng, temperature=1.0, top_k=None, top_p=1.0):
-    """Pick each row's next token.   logits [B, V] -> ids [B]
-    temperature 0 is greedy (argmax); otherwise softmax(logits / temperature), cut by top_k
-    and top_p, sampled by inverting the cumulative distribution at a uniform draw."""
-    if temperature == 0:
-        return logits.argmax(axis=-1)
+def sampling_probs(logits, temperature=1.0, top_k=None, top_p=1.0):
+    """The distribution the next token is drawn from: softmax(logits / temperature), cut by
+    top_k and top_p (both after the temperature).   [B, V] -> [B, V]"""
     logits = logits / temperature
     if top_k:
         logits = top_k_filter(logits, top_k)
     if top_p < 1.0:
         logits = top_p_filter(logits, top_p)
-    cdf = np.cumsum(softmax(logits), axis=-1)  # [B, V]
+    return softmax(logits)
+
+
+def sample_next(logits, rng, temperature=1.0, top_k=None, top_p=1.0):
+    """Pick each row's next token.   logits [B, V] -> ids [B]
+    temperature 0 is greedy (argmax); otherwise a draw from sampling_probs, by inverting
+    the cumulative distribution at a uniform draw."""
+    if temperature == 0:
+        return logits.argmax(axis=-1)
+    cdf = np.cumsum(sampling_probs(logits, temperature, top_k, top_p), axis=-1)  # [B, V]
     u = rng.random((len(cdf), 1), dtype=np.float32) * cdf[:, -1:]
     return np.minimum((cdf <= u).sum(axis=-1), cdf.shape[-1] - 1)
 
@@ -292,13 +298,14 @@ def check_sampling(n_tokens, temperature, top_k, top_p, n_samples):
 
 
 def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top_p=1.0, seed=None,
-             n_samples=1, stop=ENDOFTEXT, hook=no_hook):
+             n_samples=1, stop=ENDOFTEXT, hook=no_hook, watch=None):
     """Yield the next token of every sample, one step at a time: arrays [n_samples].
 
     The prompt goes through the model once (filling the KV cache); then each step
     feeds only the newest token. The samples run as one batch. A sample that has
     produced `stop` (None: never stop) keeps yielding it; the loop ends when all have.
-    An empty prompt starts from <|endoftext|>, as OpenAI's unconditional sampler does."""
+    An empty prompt starts from <|endoftext|>, as OpenAI's unconditional sampler does.
+    hook: see the top of the file; watch(logits [n_samples, V]) sees each step's logits."""
     check_sampling(n_tokens, temperature, top_k, top_p, n_samples)
     ids = list(ids) or [ENDOFTEXT]
     if len(ids) + n_tokens > hparams["n_ctx"]:
@@ -310,6 +317,8 @@ def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top
     logits = gpt2(batch, params, hparams["n_head"], kv_cache, last_only=True, hook=hook)[:, -1]  # [B, V]
     done = np.zeros(n_samples, dtype=bool)
     for step in range(n_tokens):
+        if watch:
+            watch(logits)
         next_ids = np.where(done, stop if stop is not None else 0,
                             sample_next(logits, rng, temperature, top_k, top_p))  # [B]
         yield next_ids

@@ -52,6 +52,16 @@ EXERCISES = {
     11: ("CRC-32C", [("crc32c.py", "crc32c_by_bits")], ["test_crc32c_definition_gives_the_known_answers"]),
     12: ("the transformer block", [("gpt2_numpy.py", "transformer_block")],
          ["test_every_stage_matches_hugging_face"]),
+    13: ("the logit lens", [("look_inside.py", "logit_lens")],
+         ["test_the_logit_lens_matches_hugging_faces_ln_f_and_head", "test_the_last_layers_lens_is_the_models_prediction"]),
+    14: ("previous-token and induction heads",
+         [("look_inside.py", "previous_token_scores"), ("look_inside.py", "induction_targets"),
+          ("look_inside.py", "induction_scores")],
+         ["test_previous_token_scores_on_patterns_built_by_hand", "test_induction_scores_on_patterns_built_by_hand",
+          "test_induction_and_previous_token_scores_on_the_models_cache"]),
+    15: ("ablating a head", [("look_inside.py", "zero_ablate_head"), ("look_inside.py", "loss")],
+         ["test_ablating_one_head_changes_only_its_share_of_the_attention_output",
+          "test_ablating_a_head_changes_the_loss_and_the_plain_loss_is_scores"]),
 }
 
 SKIP = shutil.ignore_patterns(".git", "models", "out", "__pycache__", ".pytest_cache", "*.part")

@@ -1,39 +1,277 @@
-"""Looking inside GPT-2: every activation of one forward pass, by name.
+"""Looking inside GPT-2: every activation by name, hooks that change them, the logit lens,
+the next-token table, and the attention scores that find induction heads.
 
-The model (gpt2_numpy.py) shows each activation it makes to a hook, `hook(name, x)`;
-here are hooks that keep what they are shown. The names, in the order the data meets
-them (block i's names start with "h{i}.", as the checkpoint's do):
+The model (gpt2_numpy.py) passes each activation it makes through `hook(name, x)`. Here
+those activations get TransformerLens's names, so that material written for it (ARENA,
+the induction-head and IOI papers' notebooks) translates line by line:
 
-    wte, wpe                        the two embeddings' rows        [B, T, C]
-    h{i}.resid_pre                  the residual stream into block i [B, T, C]
-    h{i}.ln_1                       layer_norm(x, ln_1)              [B, T, C]
-    h{i}.attn.q, .attn.k, .attn.v   each head's queries, keys, values [B, H, T, D]
-    h{i}.attn.scores                q kᵀ/√D + mask                   [B, H, T, T]
-    h{i}.attn.weights               softmax of the scores            [B, H, T, T]
-    h{i}.attn.z                     weights @ v, per head            [B, H, T, D]
-    h{i}.attn.out                   c_proj(merged heads)             [B, T, C]
-    h{i}.resid_mid                  x + attn.out                     [B, T, C]
-    h{i}.ln_2, .mlp.c_fc, .mlp.gelu, .mlp.out                        [B, T, C or 4C]
-    h{i}.resid_post                 x + mlp.out                      [B, T, C]
-    ln_f                            the final layer norm             [B, T, C]
+    ours (gpt2_numpy.py)   TransformerLens                       shape here
+    wte, wpe               hook_embed, hook_pos_embed            [B, T, C], [1, T, C]
+    h{i}.resid_pre         blocks.{i}.hook_resid_pre             [B, T, C]
+    h{i}.ln_1              blocks.{i}.ln1.hook_normalized        [B, T, C]
+    h{i}.attn.q / k / v    blocks.{i}.attn.hook_q / _k / _v      [B, T, H, D]  (ours: [B, H, T, D])
+    h{i}.attn.scores       blocks.{i}.attn.hook_attn_scores      [B, H, T, T]  (masked: -inf)
+    h{i}.attn.weights      blocks.{i}.attn.hook_pattern          [B, H, T, T]
+    h{i}.attn.z            blocks.{i}.attn.hook_z                [B, T, H, D]  (ours: [B, H, T, D])
+    h{i}.attn.out          blocks.{i}.hook_attn_out              [B, T, C]
+    h{i}.resid_mid         blocks.{i}.hook_resid_mid             [B, T, C]
+    h{i}.ln_2              blocks.{i}.ln2.hook_normalized        [B, T, C]
+    h{i}.mlp.c_fc          blocks.{i}.mlp.hook_pre               [B, T, 4C]
+    h{i}.mlp.gelu          blocks.{i}.mlp.hook_post              [B, T, 4C]
+    h{i}.mlp.out           blocks.{i}.hook_mlp_out               [B, T, C]
+    h{i}.resid_post        blocks.{i}.hook_resid_post            [B, T, C]
+    ln_f                   ln_final.hook_normalized              [B, T, C]
+
+These are the raw checkpoint's activations. TransformerLens's `from_pretrained` by
+default folds each LayerNorm's gain into the next weights and centres the unembedding,
+which changes these numbers; its `from_pretrained_no_processing` gives the raw ones.
 """
+import os
+
 import numpy as np
 
-from gpt2_numpy import gpt2
+from errors import UserError
+from gpt2_numpy import gpt2, layer_norm, log_softmax, softmax
+
+BLOCK_NAMES = {  # ours -> TransformerLens's, inside block i
+    "resid_pre": "hook_resid_pre", "ln_1": "ln1.hook_normalized",
+    "attn.q": "attn.hook_q", "attn.k": "attn.hook_k", "attn.v": "attn.hook_v",
+    "attn.scores": "attn.hook_attn_scores", "attn.weights": "attn.hook_pattern", "attn.z": "attn.hook_z",
+    "attn.out": "hook_attn_out", "resid_mid": "hook_resid_mid", "ln_2": "ln2.hook_normalized",
+    "mlp.c_fc": "mlp.hook_pre", "mlp.gelu": "mlp.hook_post", "mlp.out": "hook_mlp_out",
+    "resid_post": "hook_resid_post"}
+OUTSIDE_NAMES = {"wte": "hook_embed", "wpe": "hook_pos_embed", "ln_f": "ln_final.hook_normalized"}
+HEADS_SECOND = {"attn.q", "attn.k", "attn.v", "attn.z"}  # TransformerLens: [B, T, H, D]; the model: [B, H, T, D]
 
 
-def trace(ids, params, n_head, blocks=None):
-    """One forward pass, every stage in order: [(name, array)], from the token ids to the
-    logits. It is gpt2() itself, run with a hook that keeps what it is shown.
-    blocks: the set of blocks whose stages to keep (default all)."""
+def lens_name(name):
+    """The model's name for an activation -> TransformerLens's: h3.attn.weights -> blocks.3.attn.hook_pattern"""
+    if name in OUTSIDE_NAMES:
+        return OUTSIDE_NAMES[name]
+    block, stage = name.split(".", 1)
+    return f"blocks.{block[1:]}.{BLOCK_NAMES[stage]}"
+
+
+def shown(name, x):
+    """An activation as TransformerLens shows it (a view: nothing is copied)."""
+    stage = name.split(".", 1)[-1]
+    if stage in HEADS_SECOND:
+        return x.swapaxes(1, 2)
+    return x[None] if name == "wpe" else x
+
+
+def taken_back(name, x):
+    """A hook's replacement, back in the model's layout; float32, as everything the model makes."""
+    x = np.asarray(x, dtype=np.float32)
+    return x.swapaxes(1, 2) if name.split(".", 1)[-1] in HEADS_SECOND else x
+
+
+def activation_shapes(hparams, batch, n_tokens):
+    """{TransformerLens name: shape} of every activation of one forward pass, in order."""
+    B, T, C, H = batch, n_tokens, hparams["n_embd"], hparams["n_head"]
+    D = C // H
+    per_stage = {"resid_pre": (B, T, C), "ln_1": (B, T, C), "attn.q": (B, T, H, D), "attn.k": (B, T, H, D),
+                 "attn.v": (B, T, H, D), "attn.scores": (B, H, T, T), "attn.weights": (B, H, T, T),
+                 "attn.z": (B, T, H, D), "attn.out": (B, T, C), "resid_mid": (B, T, C), "ln_2": (B, T, C),
+                 "mlp.c_fc": (B, T, 4 * C), "mlp.gelu": (B, T, 4 * C), "mlp.out": (B, T, C),
+                 "resid_post": (B, T, C)}
+    shapes = {"hook_embed": (B, T, C), "hook_pos_embed": (1, T, C)}
+    for i in range(hparams["n_layer"]):
+        shapes.update({lens_name(f"h{i}.{stage}"): shape for stage, shape in per_stage.items()})
+    shapes["ln_final.hook_normalized"] = (B, T, C)
+    return shapes
+
+
+def available_memory():
+    """Bytes the OS can still give us without swapping (MemAvailable), or None if it won't say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def name_filter(names, known):
+    """names: None (everything), a list of TransformerLens names, or a predicate on a name."""
+    if names is None:
+        return lambda name: True
+    if callable(names):
+        return names
+    names = [names] if isinstance(names, str) else list(names)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UserError(f"no activation is called {unknown[0]!r}: names look like blocks.0.attn.hook_pattern "
+                        "(see look_inside.activation_shapes)", arg="names")
+    return set(names).__contains__
+
+
+def run_with_cache(ids, params, hparams, names=None, memory=None):
+    """One forward pass that keeps activations: -> (logits [B, T, V], cache {name: array}).
+    names: which to keep (a list of TransformerLens names, or a predicate; default all).
+    Everything for B sequences of T tokens takes 4·B·T·(L·(19·C + 2·H·T) + 3·C) bytes
+    (e.g. 16 GB for 1024 tokens of 1558M): a request that would not fit in `memory`
+    (default: what the OS has available) is refused before any work."""
     ids = np.atleast_2d(np.asarray(ids))
-    stages = [("token ids", ids)]
+    shapes = activation_shapes(hparams, *ids.shape)
+    wanted = name_filter(names, shapes)
+    need = 4 * sum(int(np.prod(shape)) for name, shape in shapes.items() if wanted(name))
+    memory = available_memory() if memory is None else memory
+    if memory is not None and need > memory:
+        raise UserError(f"caching these activations for {ids.shape[0]} x {ids.shape[1]} tokens needs "
+                        f"{need / 1e9:.1f} GB, but {memory / 1e9:.1f} GB are free: keep fewer (names=...) "
+                        "or use fewer tokens")
+    cache = {}
 
     def keep(name, x):
-        block = name.split(".")[0]
-        if blocks is None or not block[1:].isdigit() or int(block[1:]) in blocks:
-            stages.append((name, x))
+        tl = lens_name(name)
+        if wanted(tl):
+            cache[tl] = shown(name, x)
         return x
 
-    stages.append(("logits", gpt2(ids, params, n_head, hook=keep)))
-    return stages
+    return gpt2(ids, params, hparams["n_head"], hook=keep), cache
+
+
+def model_hook(hooks):
+    """{TransformerLens name: fn(activation, name)} -> the model's hook(name, x). fn returns a
+    replacement (in TransformerLens's layout) or None to leave the activation as it is.
+    Pass it to gpt2_numpy.gpt2 or .generate as hook=...; in generate, each step's hooks see
+    only the new positions (the earlier ones are in the KV cache)."""
+    unknown = [n for n in hooks if not callable(hooks[n])]
+    if unknown:
+        raise UserError(f"the hook for {unknown[0]!r} is not a function", arg="hooks")
+
+    def hook(name, x):
+        fn = hooks.get(lens_name(name))
+        if fn is None:
+            return x
+        out = fn(shown(name, x), lens_name(name))
+        return x if out is None else taken_back(name, out)
+
+    return hook
+
+
+def run_with_hooks(ids, params, hparams, hooks):
+    """The forward pass with activations changed by hooks ({name: fn(activation, name)}): -> logits.
+    For ablation (fn returns zeros, or a mean) and patching (fn returns another run's activation)."""
+    ids = np.atleast_2d(np.asarray(ids))
+    check_hook_names(hooks, activation_shapes(hparams, *ids.shape))
+    return gpt2(ids, params, hparams["n_head"], hook=model_hook(hooks))
+
+
+def check_hook_names(hooks, known):
+    unknown = [n for n in hooks if n not in known]
+    if unknown:
+        raise UserError(f"no activation is called {unknown[0]!r}: names look like blocks.0.attn.hook_z", arg="hooks")
+
+
+def trace(ids, params, hparams, blocks=None):
+    """One forward pass, every stage in order: [(name, array)], from the token ids to the
+    logits. It is run_with_cache's cache. blocks: the blocks whose stages to keep (default all)."""
+    ids = np.atleast_2d(np.asarray(ids))
+    logits, cache = run_with_cache(ids, params, hparams, names=lambda name: blocks is None or not name.startswith(
+        "blocks.") or int(name.split(".")[1]) in blocks)
+    return [("token ids", ids)] + list(cache.items()) + [("logits", logits)]
+
+
+# ----------------------------------------------------------------------------
+# The logit lens, and the next-token table
+# ----------------------------------------------------------------------------
+
+def residual_stream(cache, n_layer):
+    """The residual stream as it leaves each layer: the embedding, then each block's output.
+    -> [L + 1, B, T, C]"""
+    return np.stack([cache["blocks.0.hook_resid_pre"]] +
+                    [cache[f"blocks.{i}.hook_resid_post"] for i in range(n_layer)])
+
+
+def lens_names(n_layer):
+    return ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(n_layer)]
+
+
+def logit_lens(ids, params, hparams, target=None):
+    """What each layer would predict if the model stopped there: ln_f(resid) @ wteᵀ at the
+    embedding and after each block, at every position.
+    target [B, T] (default: the model's own final prediction at each position).
+    -> {"top" [L+1, B, T] ids, "top_prob", "target" [B, T], "target_prob", "target_rank" [L+1, B, T]}
+    The last layer's lens is the model's logits."""
+    logits, cache = run_with_cache(ids, params, hparams, names=lens_names(hparams["n_layer"]))
+    target = logits.argmax(-1) if target is None else np.asarray(target).reshape(logits.shape[:2])
+    out = {k: [] for k in ("top", "top_prob", "target_prob", "target_rank")}
+    for resid in residual_stream(cache, hparams["n_layer"]):
+        lens = layer_norm(resid, **params["ln_f"]) @ params["wte"].T  # [B, T, V]
+        probs = softmax(lens)
+        target_logit = np.take_along_axis(lens, target[..., None], -1)  # [B, T, 1]
+        out["top"].append(lens.argmax(-1))
+        out["top_prob"].append(probs.max(-1))
+        out["target_prob"].append(np.take_along_axis(probs, target[..., None], -1)[..., 0])
+        out["target_rank"].append((lens > target_logit).sum(-1))  # 0: the target is the top token
+    return {"target": target, **{k: np.stack(v) for k, v in out.items()}}
+
+
+def next_token_table(logits, k):
+    """The k most likely next tokens: (ids [k], probs [k], logprobs [k]), most likely first.
+    logits [V] at one position (as TransformerLens's test_prompt shows them)."""
+    logprobs = log_softmax(np.asarray(logits, dtype=np.float32))
+    top = np.argsort(-logprobs, kind="stable")[:k]
+    return top, np.exp(logprobs[top]), logprobs[top]
+
+
+# ----------------------------------------------------------------------------
+# Reading attention patterns: previous-token and induction heads
+# ----------------------------------------------------------------------------
+
+def previous_token_scores(pattern):
+    """Each head's mean attention from a position to the one before it.
+    pattern [..., H, T, T] (one sequence's weights) -> [..., H]; positions 1..T-1."""
+    return np.diagonal(pattern, offset=-1, axis1=-2, axis2=-1).mean(-1)
+
+
+def induction_targets(tokens):
+    """For each position t: the position after the latest earlier occurrence of tokens[t],
+    or -1 where the token has not occurred before.   tokens [T] -> [T]"""
+    last_seen, targets = {}, []
+    for t, token in enumerate(np.asarray(tokens).tolist()):
+        targets.append(last_seen[token] + 1 if token in last_seen else -1)
+        last_seen[token] = t
+    return np.array(targets)
+
+
+def induction_scores(pattern, tokens):
+    """Each head's mean attention from a position to the position after the previous
+    occurrence of its token (an induction head: "A B ... A" attends to B, to predict it).
+    pattern [..., H, T, T], tokens [T] -> [..., H]; averaged over the positions whose token
+    occurred before (NaN if none did)."""
+    targets = induction_targets(tokens)
+    rows = np.flatnonzero(targets >= 0)
+    if not rows.size:
+        return np.full(pattern.shape[:-2], np.nan, dtype=np.float32)
+    return pattern[..., rows, targets[rows]].mean(-1)
+
+
+# ----------------------------------------------------------------------------
+# Ablation
+# ----------------------------------------------------------------------------
+
+def zero_ablate_head(head):
+    """A hook for blocks.{i}.attn.hook_z that silences one head: its output z becomes 0 at
+    every position, so c_proj adds nothing of it (only c_proj's bias remains)."""
+    def hook(z, name):  # z [B, T, H, D]
+        z = z.copy()
+        z[:, :, head] = 0.0
+        return z
+
+    return hook
+
+
+def loss(ids, params, hparams, hooks=None):
+    """The mean next-token loss (nats) of ids [B, T] with these hooks (none: the plain model)."""
+    ids = np.atleast_2d(np.asarray(ids))
+    logits = run_with_hooks(ids, params, hparams, hooks or {})
+    logprobs = log_softmax(logits[:, :-1])
+    return float(-np.take_along_axis(logprobs, ids[:, 1:, None], -1).mean())

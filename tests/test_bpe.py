@@ -150,9 +150,9 @@ def test_merges_match_the_classic_algorithm(encoder, classic_ranks):
 
 
 def test_one_merge_joins_the_pair_with_the_lowest_rank(encoder):
-    h, e, l, o, q = (encoder.byte_ids[ord(c)] for c in "heloq")
+    h, e, ell, o, q = (encoder.byte_ids[ord(c)] for c in "heloq")
     # of the pairs h e, e l, l l, l o, "h e" has the lowest rank (2): it merges first
-    assert encoder.merge_once([h, e, l, l, o]) == [encoder.encoder["he"], l, l, o]
+    assert encoder.merge_once([h, e, ell, ell, o]) == [encoder.encoder["he"], ell, ell, o]
     assert encoder.merge_once([encoder.encoder["hello"]]) is None  # one token: no pair left
     assert encoder.merge_once([q, q]) == [encoder.encoder["qq"]]
 

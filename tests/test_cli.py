@@ -136,7 +136,9 @@ def test_trace(site):
     out = text(run("Hello, world", "--models-dir", models, "--trace"))[0]
     lines = out.splitlines()
     assert lines[1].split()[:2] == ["token", "ids"]
-    assert "[1, 3, 50257]" in lines[-1] and "h1.attn.weights" in out and "[1, 2, 3, 3]" in out
+    assert "[1, 3, 50257]" in lines[-1] and "blocks.1.attn.hook_pattern" in out and "[1, 2, 3, 3]" in out
+    one = text(run("Hello, world", "--models-dir", models, "--trace", "--trace-block", "1"))[0]
+    assert "blocks.1.ln1.hook_normalized" in one and "blocks.0." not in one
 
 
 def test_the_trace_table_lines_up_for_every_value(site):
@@ -152,8 +154,53 @@ def test_the_trace_table_lines_up_for_every_value(site):
             assert line[end - 1] != " " and line[end - 12] == " ", line  # a number, and a space before it
         float_values = [float(v) for v in line[ends[0] - 13:].split()]
         assert len(float_values) == 4, line
-    one = text(run("Hello, world", "--models-dir", models, "--trace", "--trace-block", "1"))[0]
-    assert "h1.ln_1" in one and "h0.ln_1" not in one
+
+
+def test_top_prints_the_next_token_table(site, encoder):
+    mirror, models = site
+    out = text(run(TURING_TEXT, "--models-dir", models, "--top", "5"))[0].splitlines()
+    assert out[1].split() == ["rank", "token", "id", "prob", "log", "p"] and len(out) == 7
+    ids = [int(line.split()[-3]) for line in out[2:]]
+    probs = [float(line.split()[-2]) for line in out[2:]]
+    last = GOLDEN["tiny_turing/last_logits"][0]
+    assert ids == np.argsort(-last)[:5].tolist()  # HF's top 5
+    want = np.exp(last - last.max()) / np.exp(last - last.max()).sum()
+    assert np.allclose(probs, want[ids], atol=1e-4)
+
+
+def test_json_generation_gives_each_steps_alternatives_after_the_sampling_settings(site):
+    mirror, models = site
+    r = run(TURING_TEXT, "--models-dir", models, "--json", "--top", "4", "--n-tokens", "3", "--no-stop",
+            "--seed", "1", "--top-k", "2")
+    sample = json.loads(text(r)[0])["samples"][0]
+    assert len(sample["top"]) == 3 and all(len(step) == 4 for step in sample["top"])
+    for token, step in zip(sample["ids"], sample["top"]):
+        assert [e["prob"] > 0 for e in step] == [True, True, False, False]  # --top-k 2 left two
+        assert abs(sum(e["prob"] for e in step) - 1) < 1e-5 and token in [e["id"] for e in step[:2]]
+    first = sample["top"][0]
+    last = GOLDEN["tiny_turing/last_logits"][0]
+    top2 = np.argsort(-last)[:2]
+    p = np.exp(last[top2] - last[top2].max())
+    assert [e["id"] for e in first[:2]] == top2.tolist() and np.allclose([e["prob"] for e in first[:2]], p / p.sum(),
+                                                                           atol=1e-5)
+
+
+def test_lens_as_a_table_and_as_json(site, encoder):
+    mirror, models = site
+    table = text(run("Hello, world", "--models-dir", models, "--lens"))[0].splitlines()
+    assert [line.split()[0] for line in table[2:]] == ["embed", "h0", "h1"]
+    out = json.loads(text(run("Hello, world", "--models-dir", models, "--lens", "--json"))[0])
+    assert out["layers"] == ["embed", "h0", "h1"] and len(out["top"]) == 3 and len(out["top"][0]) == 3
+    assert out["top"][-1] == out["target"] and all(r == 0 for r in out["target_rank"][-1])
+    assert out["top_token"][-1] == [encoder.decode([i]) for i in out["top"][-1]]
+
+
+def test_html_writes_one_page(site, tmp_path):
+    mirror, models = site
+    page = tmp_path / "inside.html"
+    r = run("The cat sat on the mat", "--models-dir", models, "--html", str(page))
+    assert r.returncode == 0 and text(r)[0].startswith(f"{page}: ") and page.stat().st_size > 1000
+    assert "<title>Inside 124M</title>" in page.read_text(encoding="utf-8")
 
 
 def test_params_for_all_sizes():
@@ -177,7 +224,7 @@ def test_help_is_complete(script):
     assert r.returncode == 0
     wanted = {"gpt2_numpy.py": ["--model", "--models-dir", "--base-url", "--n-tokens", "--temperature", "--top-k",
                                 "--top-p", "--seed", "--greedy", "--n-samples", "--score", "--params", "--trace",
-                                "--json", "--quiet", "--threads", "--no-stop"],
+                                "--json", "--quiet", "--threads", "--no-stop", "--top", "--lens", "--html"],
               "bpe.py": ["--ids", "--steps", "--vocab-dir"],
               "download.py": ["--models-dir", "--base-url", "--verify", "--retries", "--quiet"]}[script]
     assert all(flag in r.stdout for flag in wanted)
@@ -196,7 +243,9 @@ def test_help_is_complete(script):
     (["--n-samples", "0", "hi"], "--n-samples must be"),
     (["--threads", "0", "hi"], "argument --threads"),
     (["--bogus"], "unrecognized arguments: --bogus"),
-    (["--score"], "--score and --trace need a text"),
+    (["--score"], "--score, --trace, --lens and --html need a text"),
+    (["--lens"], "--score, --trace, --lens and --html need a text"),
+    (["--top", "0", "hi"], "--top must be at least 1"),
 ])
 def test_bad_arguments(args, message):
     assert_one_line_error(run(*args), message)

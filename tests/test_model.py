@@ -119,7 +119,7 @@ def test_bad_ids_are_clear_errors(models, ids, error, message):
 
 def test_no_float64_anywhere_in_a_forward_pass(models):
     hp, params = models["tiny"]
-    for name, a in look_inside.trace([1, 2, 3], params, hp["n_head"]):
+    for name, a in look_inside.trace([1, 2, 3], params, hp):
         assert a.dtype in (np.float32, np.int64), name
 
 

@@ -20,6 +20,9 @@ Every case stores, under "<case>/...":
   hidden         [L+1, B, T, C] output_hidden_states: the residual stream into each block
                  (hidden[0] = wte[ids] + wpe), and last, ln_f of the last block's output
   attentions     [L, B, H, T, T] output_attentions (eager attention): each block's weights
+  lens_top       [L+1, B, T] the logit lens: argmax of lm_head(ln_f(hidden[i])) (hidden[L] has ln_f already)
+  lens_top_prob  [L+1, B, T] its probability
+  lens_target_prob [L+1, B, T] the probability of the model's final prediction at that position
 """
 import os
 
@@ -79,6 +82,18 @@ def greedy_path(model, ids, n):
     return out[:, ids.shape[1]:].numpy(), float((top2[..., 0] - top2[..., 1]).min())
 
 
+def logit_lens(model, hidden_states, target):
+    """HF's own ln_f and head on each layer's hidden state."""
+    with torch.no_grad():
+        probs = [torch.softmax(model.lm_head(model.transformer.ln_f(h) if i < len(hidden_states) - 1 else h), -1)
+                 for i, h in enumerate(hidden_states)]
+    probs = torch.stack(probs)  # [L+1, B, T, V]
+    top = probs.max(-1)
+    return {"lens_top": top.indices.numpy(), "lens_top_prob": top.values.numpy(),
+            "lens_target_prob": torch.gather(probs, 3, target[None, ..., None].expand(len(probs), -1, -1, 1))[..., 0]
+            .numpy()}
+
+
 def case(model, hp, ids, cols, n_greedy=20):
     ids = np.asarray(ids, dtype=np.int64)
     with torch.no_grad():
@@ -89,7 +104,8 @@ def case(model, hp, ids, cols, n_greedy=20):
         losses = torch.stack([model(torch.tensor(row[None]), labels=torch.tensor(row[None])).loss for row in ids])
     out = {"ids": ids, "cols": cols, "logits_cols": logits[:, :, cols].numpy(), "last_logits": logits[:, -1].numpy(),
            "logprobs": lp.numpy(), "loss": losses.numpy(),
-           "hidden": torch.stack(out.hidden_states).numpy(), "attentions": torch.stack(out.attentions).numpy()}
+           "hidden": torch.stack(out.hidden_states).numpy(), "attentions": torch.stack(out.attentions).numpy(),
+           **logit_lens(model, out.hidden_states, logits.argmax(-1))}
     if n_greedy and ids.shape[1] + n_greedy <= hp["n_ctx"]:
         out["greedy"], out["min_margin"] = greedy_path(model, ids, n_greedy)
     return out
