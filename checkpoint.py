@@ -277,11 +277,8 @@ def stored_shapes(hp):
             for name, shape in shapes.tensor_shapes(hp).items()}
 
 
-def open_tensors(folder, hp):
-    """{checkpoint name: read-only float32 memmap view} for every tensor hp implies, checked
-    against the index; and the index."""
-    prefix = checkpoint_prefix(folder)
-    index_path, data_path = prefix + ".index", prefix + DATA_SUFFIX
+def read_gpt2_index(index_path, hp):
+    """read_index, checked to list exactly the tensors hp implies, in their shapes."""
     index = read_index(index_path)
     want = stored_shapes(hp)
     for problem, names in (("missing", sorted(set(want) - set(index))), ("unexpected", sorted(set(index) - set(want)))):
@@ -291,6 +288,20 @@ def open_tensors(folder, hp):
     for name, shape in want.items():
         if index[name][0] != shape:
             raise CheckpointError(f"{name} has shape {index[name][0]}, expected {shape}", path=index_path)
+    return index
+
+
+def data_size(index):
+    """How many bytes the data file holds: up to the end of its last tensor."""
+    return max((offset + nbytes for _, offset, nbytes, _ in index.values()), default=0)
+
+
+def open_tensors(folder, hp):
+    """{checkpoint name: read-only float32 memmap view} for every tensor hp implies, checked
+    against the index; and the index."""
+    prefix = checkpoint_prefix(folder)
+    index_path, data_path = prefix + ".index", prefix + DATA_SUFFIX
+    index = read_gpt2_index(index_path, hp)
     try:
         size = os.path.getsize(data_path)
         data = np.memmap(data_path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)

@@ -1,14 +1,22 @@
-"""Fetch OpenAI's GPT-2 checkpoints over HTTP.
+"""Fetch OpenAI's GPT-2 checkpoints over HTTP, so that no web page, proxy or second process
+can break a models folder.
 
-Each file is streamed to `<file>.part`, resumed with an HTTP Range request after an
-interruption, checked against its Content-Length, then renamed. So a file under its
-final name is always complete, and a complete file is never fetched again. After a
-download the checkpoint is verified once (checkpoint.py reads and checks it).
+- Each file streams to `<file>.part`, resumes with an HTTP Range request after an
+  interruption, and gets its final name only after its content is checked (model_files.py):
+  a captive portal's login page is never saved as vocab.bpe.
+- The files come in an order that lets each explain the next: hparams.json, then the index,
+  whose tensors give the data file's size before its first byte arrives.
+- Every run checks a released size's files again (milliseconds): a bad one (from a crash,
+  a copy by hand, an older version of this program) is fetched again, never an error that
+  repeats forever. A folder the user names by path is only checked, never changed.
+- Processes that want the same model in the same folder take turns on an OS file lock,
+  which the OS releases if a process dies: one downloads, the others wait and use it.
 
 Run `python download.py 124M` to fetch a model, `python download.py --verify 124M`
 to check every tensor's checksum.
 """
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -16,17 +24,22 @@ import time
 import requests
 from tqdm import tqdm
 
+import model_files
 import shapes
-from checkpoint import CheckpointError, verify_checkpoint
+from checkpoint import DATA_SUFFIX, CheckpointError, checkpoint_prefix, verify_checkpoint
 from errors import UserError, fail
+from model_files import DATA_FILE, MODEL_FILES, BadFile
+
+try:
+    import fcntl  # POSIX file locks
+except ImportError:  # Windows: no lock (see the README)
+    fcntl = None
 
 MODEL_SIZES = tuple(shapes.SIZES)
-# model.ckpt.meta (the TensorFlow graph) is not fetched: nothing here reads it.
-MODEL_FILES = ("checkpoint", "hparams.json", "encoder.json", "vocab.bpe",
-               "model.ckpt.index", "model.ckpt.data-00000-of-00001")
 DEFAULT_BASE_URL = "https://openaipublic.blob.core.windows.net/gpt-2/models"
 BASE_URL_ENV = "GPT2_BASE_URL"
 MODELS_DIR_ENV = "GPT2_MODELS_DIR"
+LOCK = ".lock"
 
 
 class DownloadError(UserError):
@@ -53,63 +66,174 @@ def model_folder(model, models_dir=None):
 
 
 # ----------------------------------------------------------------------------
-# Downloading
+# A models folder that heals itself
+# ----------------------------------------------------------------------------
+
+def download_model(model, models_dir=None, base_url=None, quiet=False, tries=5, backoff=0.5):
+    """Make sure every file of `model` is on disk and good; returns its folder.
+
+    A released size is downloaded (or mended) as needed. A path to an existing folder is
+    checked and returned: a bad file in it is an error naming it, and nothing is changed."""
+    folder = model_folder(model, models_dir)
+    if model not in MODEL_SIZES:
+        check_user_folder(folder)
+        return folder
+    if not bad_files(folder, model) and model_files.is_verified(folder):
+        return folder  # the usual case: everything checked in milliseconds, nothing to fetch
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise DownloadError(f"cannot create this folder ({e.strerror or e})", path=folder) from None
+    with taking_turns(folder, model, quiet):
+        mend(folder, model, base_url, quiet, tries, backoff)
+    return folder
+
+
+def bad_files(folder, model):
+    """{name: why} for each of a released size's files that is missing or bad."""
+    bad, context = {}, {}
+    for name in MODEL_FILES:
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            bad[name] = "missing"
+            continue
+        try:
+            model_files.check_file(name, path, model, context)
+        except BadFile as e:
+            bad[name] = str(e)
+    return bad
+
+
+def mend(folder, model, base_url, quiet, tries, backoff):
+    """Fetch each missing or bad file (under the lock), then check the data's CRCs once."""
+    base_url = (base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+    for attempt in (1, 2):  # a second time only when a data file that was already here fails its CRCs
+        context, fetched = {}, set()
+        for name in MODEL_FILES:
+            path = os.path.join(folder, name)
+            if os.path.exists(path):
+                try:
+                    model_files.check_file(name, path, model, context)
+                    continue
+                except BadFile as e:
+                    if not quiet:
+                        print(f"{path}: {e}; fetching it again", file=sys.stderr)
+                    os.remove(path)
+            fetch_file(f"{base_url}/{model}/{name}", path, quiet=quiet, tries=tries, backoff=backoff,
+                       check=lambda part, name=name: model_files.check_file(name, part, model, context),
+                       size=model_files.expected_size(name, model, context))
+            fetched.add(name)
+        if model_files.is_verified(folder):
+            return
+        try:
+            model_files.verify_and_mark(folder, quiet=quiet)
+            return
+        except CheckpointError as e:
+            name = os.path.basename(e.path or "")
+            if name not in MODEL_FILES:
+                raise
+            os.remove(e.path)
+            if name in fetched or attempt == 2:  # just downloaded and still wrong: the mirror's copy is bad
+                raise CheckpointError(f"{e.message} (removed {name}: run again to fetch it again)",
+                                      path=e.path) from None
+            if not quiet:
+                print(f"{e.path}: {e.message}; fetching it again", file=sys.stderr)
+
+
+def check_user_folder(folder):
+    """A folder the user named: each file must be good, or it is an error that says which and
+    what to do. Its data is not CRC-checked here (`python download.py --verify FOLDER` does)."""
+    prefix = checkpoint_prefix(folder)  # the `checkpoint` file may name another prefix than model.ckpt
+    files = [("checkpoint", os.path.join(folder, "checkpoint")), ("hparams.json", os.path.join(folder, "hparams.json")),
+             ("encoder.json", os.path.join(folder, "encoder.json")), ("vocab.bpe", os.path.join(folder, "vocab.bpe")),
+             ("model.ckpt.index", prefix + ".index"), (DATA_FILE, prefix + DATA_SUFFIX)]
+    context = {}
+    for name, path in files:
+        if not os.path.exists(path):
+            if name == "checkpoint":
+                continue  # optional: the prefix is then model.ckpt
+            raise DownloadError(f"{os.path.basename(path)} is missing from this folder: a model folder holds "
+                                f"{', '.join(MODEL_FILES)}", path=folder)
+        try:
+            if name == "checkpoint":  # any prefix will do here; only a web page is wrong
+                with open(path, "rb") as f:
+                    if model_files.looks_like_a_web_page(f.read(4096)):
+                        raise BadFile("it is a web page (HTML or XML), not a model file")
+            else:
+                model_files.check_file(name, path, None, context)
+        except BadFile as e:
+            raise DownloadError(f"{e}: replace it with a good copy (for a released size, delete it and run "
+                                "python download.py SIZE); nothing in this folder was changed", path=path) from None
+
+
+@contextlib.contextmanager
+def taking_turns(folder, model, quiet):
+    """Hold the folder's lock: one process at a time downloads into it. The OS drops the lock
+    when its holder exits, however it exits, so a killed download never blocks the others."""
+    if fcntl is None:
+        yield
+        return
+    with open(os.path.join(folder, LOCK), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not quiet:
+                print(f"waiting for another download of {model} in {folder}", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# ----------------------------------------------------------------------------
+# Downloading one file
 # ----------------------------------------------------------------------------
 
 class _Retryable(Exception):
     """A failure worth another try: a dropped connection, a short body, a 5xx."""
 
 
-def download_model(model, models_dir=None, base_url=None, quiet=False, tries=5, backoff=0.5):
-    """Make sure every file of `model` is on disk; returns its folder.
-
-    Only the four released sizes are downloaded. A path to an existing folder is
-    returned as it is. After fetching anything, the checkpoint is verified once."""
-    folder = model_folder(model, models_dir)
-    if model not in MODEL_SIZES:
-        return folder
-    base_url = (base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise DownloadError(f"cannot create this folder ({e.strerror or e})", path=folder) from None
-    fetched = False
-    for name in MODEL_FILES:
-        path = os.path.join(folder, name)
-        if not os.path.exists(path):
-            fetch_file(f"{base_url}/{model}/{name}", path, quiet=quiet, tries=tries, backoff=backoff)
-            fetched = True
-    if fetched:
-        _verify_fresh_download(folder, quiet)
-    return folder
-
-
-def fetch_file(url, path, quiet=False, tries=5, backoff=0.5):
-    """Download url to path through path + '.part', resuming and retrying; rename when complete."""
+def fetch_file(url, path, quiet=False, tries=5, backoff=0.5, check=None, size=None):
+    """Download url to path through path + '.part', resuming and retrying. check(part) raises
+    BadFile if the content is wrong; size, when known, is the size it must have. The file gets
+    its final name only when complete and checked."""
     if tries < 1:
         raise ValueError(f"tries must be at least 1, got {tries}")
     part = path + ".part"
+    name = os.path.basename(path)
     for attempt in range(1, tries + 1):
         try:
-            _fetch_into(url, part, quiet)
-            os.replace(part, path)
-            return
+            _fetch_into(url, part, quiet, size)
+            break
         except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
                 _Retryable) as e:
             reason = _one_line(e)
             if attempt < tries:
                 time.sleep(backoff * 2 ** (attempt - 1))
-    have = os.path.getsize(part) if os.path.exists(part) else 0
-    raise DownloadError(f"could not download {url} after {tries} tries ({reason}); "
-                        f"{have:,} bytes of it are in {part}: run again to resume")
+    else:
+        have = os.path.getsize(part) if os.path.exists(part) else 0
+        raise DownloadError(f"could not download {url} after {tries} tries ({reason}); "
+                            f"{have:,} bytes of it are in {part}: run again to resume")
+    try:
+        if check:
+            check(part)
+    except BadFile as e:
+        os.remove(part)
+        if "web page" in str(e):
+            raise DownloadError(f"the server sent a web page instead of {name}: a captive portal or proxy? "
+                                f"({url}); nothing was kept under the final name") from None
+        raise DownloadError(f"{url} sent a bad {name}: {e}; nothing was kept under the final name") from None
+    os.replace(part, path)
 
 
-def _fetch_into(url, part, quiet):
+def _fetch_into(url, part, quiet, size):
     """One try: append to `part` what the server still has to send."""
     have = os.path.getsize(part) if os.path.exists(part) else 0
     headers = {"Accept-Encoding": "identity"}
     if have:
         headers["Range"] = f"bytes={have}-"
+    name = os.path.basename(part[:-len(".part")])
     with requests.get(url, headers=headers, stream=True, timeout=(10, 60)) as r:
         if r.status_code == 404:
             raise DownloadError(f"unknown model size or wrong mirror: {url} answered HTTP 404")
@@ -120,20 +244,31 @@ def _fetch_into(url, part, quiet):
             raise _Retryable(f"HTTP {r.status_code}")
         if r.status_code == 206:
             start, total = _content_range(r.headers.get("Content-Range", ""))
-            if start != have:
+            if start != have:  # not the part we asked for: start this file again, cleanly
+                os.remove(part)
                 raise _Retryable(f"server resumed at byte {start}, not {have}")
             mode = "ab"
-        elif r.status_code == 200:
+        elif r.status_code == 200:  # the whole file (a server that ignores Range sends it all again)
             have, mode = 0, "wb"
             total = int(r.headers["Content-Length"]) if "Content-Length" in r.headers else None
         else:
             raise DownloadError(f"HTTP {r.status_code} for {url}")
+        chunks = r.iter_content(chunk_size=1 << 16)  # small: when a connection breaks, the chunk in flight is lost
+        first = next(chunks, b"")
+        if have == 0 and model_files.looks_like_a_web_page(first):
+            raise DownloadError(f"the server sent a web page instead of {name}: a captive portal or proxy? "
+                                f"({url}); nothing was kept under the final name")
+        if size is not None and total is not None and total != size:
+            raise DownloadError(f"{url} is {total:,} bytes, but {name} must be {size:,}: the wrong file, or a "
+                                "mirror's error; nothing was kept under the final name")
+        total = size if total is None else total  # no Content-Length: the size we know, if we know it
         bar = tqdm(total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
-                   desc=os.path.basename(part[:-5]), disable=quiet or not sys.stderr.isatty())
+                   desc=name, disable=quiet or not sys.stderr.isatty())
         try:
             with open(part, mode) as f:
-                # small chunks: when a connection breaks, the chunk in flight is lost
-                for chunk in r.iter_content(chunk_size=1 << 16):
+                f.write(first)
+                bar.update(len(first))
+                for chunk in chunks:
                     f.write(chunk)
                     bar.update(len(chunk))
         except requests.RequestException:
@@ -143,9 +278,11 @@ def _fetch_into(url, part, quiet):
                                 "run again to resume", path=part) from None
         finally:
             bar.close()
-    size = os.path.getsize(part)
-    if total is not None and size != total:
-        raise _Retryable(f"got {size:,} of {total:,} bytes")
+    got = os.path.getsize(part)
+    if total is not None and got != total:
+        if got > total:  # more than the file can hold: nothing in it is to be trusted
+            os.remove(part)
+        raise _Retryable(f"got {got:,} of {total:,} bytes")
 
 
 def _content_range(value):
@@ -160,19 +297,6 @@ def _content_range(value):
 
 def _one_line(e):
     return " ".join(str(e).split()) or type(e).__name__
-
-
-def _verify_fresh_download(folder, quiet):
-    """A just-downloaded checkpoint must be whole: the file an error names (its .path) is
-    removed, so that the next run fetches it again."""
-    try:
-        verify_checkpoint(folder, quiet=quiet)
-    except CheckpointError as e:
-        name = os.path.basename(e.path or "")
-        if not (e.path and os.path.dirname(e.path) == folder and name in MODEL_FILES):
-            raise
-        os.remove(e.path)
-        raise CheckpointError(f"{e.message} (removed {name}: run again to fetch it again)", path=e.path) from None
 
 
 # ----------------------------------------------------------------------------

@@ -11,18 +11,18 @@ a weight; the checkpoint stores it as [1, n_in, n_out], see checkpoint.py).
 
 N_VOCAB = 50257  # all four sizes share one vocabulary: 256 bytes + 50,000 merges + <|endoftext|>
 N_CTX = 1024  # and one context length
-SIZES = {  # the four released models
-    "124M": {"n_layer": 12, "n_embd": 768, "n_head": 12},
-    "355M": {"n_layer": 24, "n_embd": 1024, "n_head": 16},
-    "774M": {"n_layer": 36, "n_embd": 1280, "n_head": 20},
-    "1558M": {"n_layer": 48, "n_embd": 1600, "n_head": 25},
+SIZES = {  # the four released models: their hparams.json
+    "124M": {"n_vocab": N_VOCAB, "n_ctx": N_CTX, "n_embd": 768, "n_head": 12, "n_layer": 12},
+    "355M": {"n_vocab": N_VOCAB, "n_ctx": N_CTX, "n_embd": 1024, "n_head": 16, "n_layer": 24},
+    "774M": {"n_vocab": N_VOCAB, "n_ctx": N_CTX, "n_embd": 1280, "n_head": 20, "n_layer": 36},
+    "1558M": {"n_vocab": N_VOCAB, "n_ctx": N_CTX, "n_embd": 1600, "n_head": 25, "n_layer": 48},
 }
 HPARAM_KEYS = ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")  # what hparams.json holds
 
 
 def hparams(size):
     """The hparams.json of a released size: {n_vocab, n_ctx, n_embd, n_head, n_layer}."""
-    return {"n_vocab": N_VOCAB, "n_ctx": N_CTX, **SIZES[size]}
+    return dict(SIZES[size])
 
 
 def block_shapes(d):

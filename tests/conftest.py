@@ -63,12 +63,19 @@ class Mirror:
       "drop:N"        -- promise the whole body, send N bytes, close the connection
       "short"         -- promise the whole body, send all but the last 10 bytes, close
       "stall"         -- send 100,000 bytes, then nothing for 30 s
-    Every request is logged in .requests as (path, Range header or None)."""
+      "slow"          -- send the body in 64 KiB pieces, 50 ms apart
+      "ignore_range"  -- answer a Range request with 200 and the whole file
+      "bad_range"     -- answer a Range request with 206 from a byte 100 later than asked
+      "no_length"     -- send no Content-Length (the body ends when the connection closes)
+    .page, when set to bytes, is what every request gets, with status 200 (a captive portal,
+    or a cloud bucket's XML error). A path under /moved/ is redirected (302) to the same path
+    without it. Every request is logged in .requests as (path, Range header or None)."""
 
     def __init__(self, root):
         self.root = root
         self.faults = {}
         self.requests = []
+        self.page = None
         mirror = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -77,6 +84,19 @@ class Mirror:
 
             def do_GET(self):
                 mirror.requests.append((self.path, self.headers.get("Range")))
+                if mirror.page is not None:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(mirror.page)))
+                    self.end_headers()
+                    self.wfile.write(mirror.page)
+                    return
+                if self.path.startswith("/moved/"):
+                    self.send_response(302)
+                    self.send_header("Location", self.path[len("/moved"):])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 name = self.path.rsplit("/", 1)[-1]
                 queue = mirror.faults.get(name) or []
                 fault = queue.pop(0) if queue else None
@@ -90,6 +110,8 @@ class Mirror:
                     body = f.read()
                 start = 0
                 rng = self.headers.get("Range")
+                if fault == "ignore_range":
+                    rng = None
                 if rng and rng.startswith("bytes=") and rng.endswith("-"):
                     start = int(rng[6:-1])
                     if start >= len(body):
@@ -97,13 +119,29 @@ class Mirror:
                         self.send_header("Content-Length", "0")
                         self.end_headers()
                         return
+                    if fault == "bad_range":
+                        start = min(start + 100, len(body) - 1)
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
                 else:
                     self.send_response(200)
                 rest = body[start:]
-                self.send_header("Content-Length", str(len(rest)))
+                if fault != "no_length":
+                    self.send_header("Content-Length", str(len(rest)))
+                else:
+                    self.close_connection = True
                 self.end_headers()
+                if fault == "slow":
+                    for i in range(0, len(rest), 1 << 16):
+                        self.wfile.write(rest[i:i + (1 << 16)])
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                    return
+                if fault == "no_length":
+                    self.wfile.write(rest)
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 if fault and fault.startswith("drop:"):
                     rest = rest[:int(fault[5:])]
                 elif fault == "short":
@@ -114,7 +152,7 @@ class Mirror:
                     time.sleep(30)
                     return
                 self.wfile.write(rest)
-                if fault:
+                if fault in ("drop", "short") or (fault or "").startswith("drop:"):
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True

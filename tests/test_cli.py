@@ -33,8 +33,9 @@ def site(tmp_path_factory):
 
 
 def run(*args, env=None, **kw):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), *args], capture_output=True,
-                          timeout=120, env={**os.environ, **(env or {})}, **kw)
+    """python gpt2_numpy.py ARGS, with the mirror's tiny model standing in for 124M (tiny_as_124m.py)."""
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tiny_as_124m.py"), "gpt2_numpy.py", *args],
+                          capture_output=True, timeout=120, env={**os.environ, **(env or {})}, **kw)
 
 
 def text(r):
@@ -95,7 +96,8 @@ def test_json_generation(site):
 
 def test_threads_restarts_with_the_blas_thread_count_and_changes_nothing_else(site):
     mirror, models = site
-    args = ("Hello", "--models-dir", models, "--greedy", "--n-tokens", "10", "--no-stop", "--quiet")
+    # a folder by path: the restarted process runs gpt2_numpy.py itself, without tiny_as_124m.py
+    args = ("Hello", "--model", os.path.join(models, "124M"), "--greedy", "--n-tokens", "10", "--no-stop", "--quiet")
     plain = run(*args, env={"OMP_NUM_THREADS": "2"})
     one = run(*args, "--threads", "1", env={"OMP_NUM_THREADS": "2"})
     assert one.returncode == 0 and text(one)[0] == text(plain)[0]
@@ -203,18 +205,23 @@ def test_html_writes_one_page(site, tmp_path):
     assert "<title>Inside 124M</title>" in page.read_text(encoding="utf-8")
 
 
+def run_plain(*args):
+    """python gpt2_numpy.py ARGS, with the real sizes' facts."""
+    return subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), *args], capture_output=True, timeout=120)
+
+
 def test_params_for_all_sizes():
-    out = text(run("--params", "all"))[0]
+    out = text(run_plain("--params", "all"))[0]
     for figure in ("124,439,808", "354,823,168", "774,030,080", "1,557,611,200", "8,030,261,248", "-0.23%"):
         assert figure in out
 
 
 def test_params_also_counts_the_tensors_on_disk(site):
     mirror, models = site
-    out = text(run("--params", os.path.join(models, "124M")))[0]
+    out = text(run_plain("--params", os.path.join(models, "124M")))[0]
     assert "counting the checkpoint's tensors gives the same" in out
     # the mirror's "124M" is the tiny model, so the real 124M formula and the tensors disagree
-    out = text(run("--params", "124M", "--models-dir", models))[0]
+    out = text(run_plain("--params", "124M", "--models-dir", models))[0]
     assert "differ from the formula in wte (token embedding) (402,056 vs 38,597,376)" in out
 
 
@@ -338,7 +345,8 @@ def test_ctrl_c_during_a_download_exits_130_and_keeps_only_the_part_file(tmp_pat
     mirror.faults["model.ckpt.data-00000-of-00001"] = ["stall"]
     part = tmp_path / "models" / "124M" / "model.ckpt.data-00000-of-00001.part"
     try:
-        p = subprocess.Popen([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), "hi", "--models-dir",
+        p = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "tiny_as_124m.py"), "gpt2_numpy.py", "hi",
+                              "--models-dir",
                               str(tmp_path / "models"), "--base-url", mirror.url],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.time() + 30

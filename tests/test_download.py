@@ -6,10 +6,18 @@ import sys
 import pytest
 
 import download
+import shapes
+from checkpoint import load_checkpoint
 from download import CheckpointError, DownloadError
-from conftest import ROOT, closed_port
+from conftest import ROOT, checkpoint_dir, closed_port, model_folder_copy
 
 DATA_FILE = "model.ckpt.data-00000-of-00001"
+
+
+@pytest.fixture(autouse=True)
+def tiny_is_124m(monkeypatch):
+    """The mirror serves the tiny checkpoint as 124M: let 124M's facts be the tiny model's."""
+    monkeypatch.setitem(shapes.SIZES, "124M", load_checkpoint(checkpoint_dir("tiny"))[0])
 
 
 def files_under(folder):
@@ -30,7 +38,7 @@ def test_download_fetches_every_file_exactly(mirror, tmp_path):
     models = tmp_path / "models"
     folder = fetch(mirror, models)
     assert folder == str(models / "124M")
-    assert files_under(folder) == sorted(download.MODEL_FILES)
+    assert files_under(folder) == sorted(download.MODEL_FILES + (".lock", ".verified"))
     for name in download.MODEL_FILES:
         assert same_bytes(os.path.join(folder, name), os.path.join(mirror.root, "124M", name)), name
     assert sorted(path for path, _ in mirror.requests) == sorted(f"/124M/{n}" for n in download.MODEL_FILES)
@@ -108,19 +116,20 @@ def test_a_corrupt_download_is_caught_by_verification_and_removed(mirror, tmp_pa
     assert (tmp_path / "models" / "124M" / "model.ckpt.index").exists()
 
 
-def test_a_corrupt_index_is_removed_and_the_data_kept(mirror, tmp_path):
+def test_a_corrupt_index_is_never_kept_and_the_data_is_not_fetched_for_it(mirror, tmp_path):
     served = os.path.join(mirror.root, "124M", "model.ckpt.index")
     data = bytearray(open(served, "rb").read())
     data[10] ^= 1
     open(served, "wb").write(bytes(data))
-    with pytest.raises(CheckpointError, match="model.ckpt.index: checksum mismatch .*removed model.ckpt.index"):
+    with pytest.raises(DownloadError, match="sent a bad model.ckpt.index: checksum mismatch .*nothing was kept"):
         fetch(mirror, tmp_path / "models")
     folder = tmp_path / "models" / "124M"
-    assert not (folder / "model.ckpt.index").exists() and (folder / DATA_FILE).exists()
+    assert not (folder / "model.ckpt.index").exists() and not (folder / "model.ckpt.index.part").exists()
+    assert not (folder / DATA_FILE).exists()  # its size comes from the index: nothing to fetch it by
     mirror.requests.clear()
     open(served, "wb").write(bytes(data[:10]) + bytes([data[10] ^ 1]) + bytes(data[11:]))  # the mirror is mended
     fetch(mirror, tmp_path / "models")
-    assert [p for p, _ in mirror.requests] == ["/124M/model.ckpt.index"]
+    assert [p for p, _ in mirror.requests] == ["/124M/model.ckpt.index", f"/124M/{DATA_FILE}"]
 
 
 def test_a_models_folder_that_cannot_be_made_is_one_clear_error(tmp_path):
@@ -153,10 +162,10 @@ def test_only_the_four_sizes_are_downloaded(tmp_path, name):
 
 
 def test_an_existing_folder_is_used_as_it_is(mirror, tmp_path):
-    folder = str(tmp_path / "mine")
-    os.makedirs(folder)
+    folder = model_folder_copy("odd", str(tmp_path / "mine"))
+    before = files_under(folder)
     assert fetch(mirror, tmp_path / "models", model=folder) == folder
-    assert mirror.requests == []
+    assert mirror.requests == [] and files_under(folder) == before
 
 
 def test_environment_variables_choose_the_folder_and_the_mirror(mirror, tmp_path, monkeypatch):
@@ -174,7 +183,8 @@ def test_default_models_folder_is_beside_the_code(monkeypatch):
 # --- command line -----------------------------------------------------------------------
 
 def run_download(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "download.py"), *args],
+    """python download.py ARGS, with the mirror's tiny model standing in for 124M."""
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tiny_as_124m.py"), "download.py", *args],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -197,3 +207,164 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path, args, message):
     r = run_download(*args, "--models-dir", str(tmp_path))
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and message in r.stderr and "Traceback" not in r.stderr
+
+
+# --- web pages, bad files on disk, odd servers, several processes (issue: downloads that cannot break) ---
+
+PORTAL = b"<!DOCTYPE html><html><head><title>Hotel Wi-Fi</title></head><body>Please log in</body></html>\n"
+BUCKET = (b'<?xml version="1.0" encoding="utf-8"?><Error><Code>NoSuchKey</Code>'
+          b"<Message>The specified key does not exist.</Message></Error>")
+
+
+@pytest.mark.parametrize("page", [PORTAL, BUCKET], ids=["captive portal", "bucket error"])
+def test_a_web_page_is_never_saved_and_the_real_mirror_then_just_works(mirror, tmp_path, page):
+    mirror.page = page
+    with pytest.raises(DownloadError, match=r"the server sent a web page instead of checkpoint: a captive portal or "
+                                            r"proxy\? \(http://127.0.0.1:\d+/124M/checkpoint\); nothing was kept"):
+        fetch(mirror, tmp_path / "models")
+    folder = tmp_path / "models" / "124M"
+    assert not any(os.path.exists(folder / name) for name in download.MODEL_FILES)
+    assert not [f for f in os.listdir(folder) if f.endswith(".part")]
+    mirror.page = None  # back on a working network: no cleanup by hand
+    fetch(mirror, tmp_path / "models")
+    for name in download.MODEL_FILES:
+        assert same_bytes(folder / name, os.path.join(mirror.root, "124M", name)), name
+
+
+def test_every_file_is_checked_before_it_gets_its_final_name(mirror, tmp_path):
+    """The portal answers only for vocab.bpe (say, a proxy that blocks .bpe files)."""
+    served = os.path.join(mirror.root, "124M", "vocab.bpe")
+    open(served, "wb").write(PORTAL)
+    with pytest.raises(DownloadError, match="web page instead of vocab.bpe"):
+        fetch(mirror, tmp_path / "models")
+    folder = tmp_path / "models" / "124M"
+    assert not (folder / "vocab.bpe").exists() and (folder / "encoder.json").exists()
+
+
+BAD_CONTENT = {
+    "checkpoint": b"404: Not Found",
+    "hparams.json": b'{"n_vocab": 50257, "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12}',
+    "encoder.json": b'{"a": 0}',
+    "vocab.bpe": b"#version: 0.2\na b\n",
+    "model.ckpt.index": b"\x00" * 200,
+    DATA_FILE: b"\x00" * 1000,
+}
+
+
+@pytest.mark.parametrize("name", download.MODEL_FILES)
+def test_a_bad_file_planted_under_a_final_name_is_replaced_on_the_next_run(mirror, tmp_path, name):
+    folder = fetch(mirror, tmp_path / "models")
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(BAD_CONTENT[name])
+    mirror.requests.clear()
+    fetch(mirror, tmp_path / "models")
+    assert same_bytes(os.path.join(folder, name), os.path.join(mirror.root, "124M", name))
+    assert [p for p, _ in mirror.requests] == [f"/124M/{name}"]  # that file, and nothing else
+
+
+@pytest.mark.parametrize("name", download.MODEL_FILES)
+def test_a_bad_file_in_a_folder_named_by_path_is_a_clear_error_and_stays(tmp_path, name):
+    folder = model_folder_copy("tiny", str(tmp_path / "mine"))
+    # a folder of the user's may hold its own vocabulary and sizes: what is checked is that
+    # no file is a web page, and that the index and data file fit its hparams.json
+    content = BAD_CONTENT[name] if name in ("model.ckpt.index", DATA_FILE) else PORTAL
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(content)
+    with pytest.raises(DownloadError, match=f"{name}: .*replace it with a good copy.*nothing in this folder was changed"):
+        download.download_model(folder, quiet=True)
+    assert open(os.path.join(folder, name), "rb").read() == content
+
+
+def test_a_data_file_that_changes_after_it_was_verified_is_verified_again(mirror, tmp_path):
+    folder = fetch(mirror, tmp_path / "models")
+    path = os.path.join(folder, DATA_FILE)
+    data = bytearray(open(path, "rb").read())
+    data[5000] ^= 0xFF  # same size: only the CRCs can tell
+    open(path, "wb").write(bytes(data))
+    mirror.requests.clear()
+    fetch(mirror, tmp_path / "models")  # the marker no longer matches the file: its CRCs are checked, and fail
+    assert [p for p, _ in mirror.requests] == [f"/124M/{DATA_FILE}"]
+    assert same_bytes(path, os.path.join(mirror.root, "124M", DATA_FILE))
+    mirror.requests.clear()
+    fetch(mirror, tmp_path / "models")
+    assert mirror.requests == []
+
+
+def test_a_warm_run_reads_the_data_file_only_for_its_size(mirror, tmp_path, monkeypatch):
+    fetch(mirror, tmp_path / "models")
+    monkeypatch.setattr(download.model_files, "verify_checkpoint",
+                        lambda *a, **k: pytest.fail("the CRCs were checked again"))
+    fetch(mirror, tmp_path / "models")
+
+
+def test_a_server_that_ignores_range_starts_the_file_again(mirror, tmp_path):
+    mirror.faults[DATA_FILE] = ["drop:200000", "ignore_range"]
+    folder = fetch(mirror, tmp_path / "models", tries=2)
+    ranges = [r for p, r in mirror.requests if p.endswith(DATA_FILE)]
+    assert ranges[0] is None and ranges[1].startswith("bytes=")  # asked to resume, got the whole file
+    assert same_bytes(os.path.join(folder, DATA_FILE), os.path.join(mirror.root, "124M", DATA_FILE))
+
+
+def test_a_wrong_content_range_starts_the_file_again(mirror, tmp_path):
+    mirror.faults[DATA_FILE] = ["drop:200000", "bad_range"]
+    folder = fetch(mirror, tmp_path / "models", tries=3)
+    ranges = [r for p, r in mirror.requests if p.endswith(DATA_FILE)]
+    assert len(ranges) == 3 and ranges[0] is None and ranges[1].startswith("bytes=") and ranges[2] is None
+    assert same_bytes(os.path.join(folder, DATA_FILE), os.path.join(mirror.root, "124M", DATA_FILE))
+
+
+def test_no_content_length_is_checked_against_the_known_size(mirror, tmp_path):
+    mirror.faults[DATA_FILE] = ["no_length"]
+    mirror.faults["vocab.bpe"] = ["no_length"]
+    folder = fetch(mirror, tmp_path / "models")
+    assert same_bytes(os.path.join(folder, DATA_FILE), os.path.join(mirror.root, "124M", DATA_FILE))
+    served = os.path.join(mirror.root, "124M", "vocab.bpe")
+    open(served, "ab").write(b"extra\n")  # no length given, and longer than GPT-2's vocab.bpe
+    mirror.faults["vocab.bpe"] = ["no_length"] * 5
+    os.remove(os.path.join(folder, "vocab.bpe"))
+    with pytest.raises(DownloadError, match=r"after 5 tries \(got 456,324 of 456,318 bytes\)"):
+        fetch(mirror, tmp_path / "models")
+    assert not os.path.exists(os.path.join(folder, "vocab.bpe"))
+
+
+def test_a_wrong_content_length_for_the_data_file_is_caught_at_once(mirror, tmp_path):
+    served = os.path.join(mirror.root, "124M", DATA_FILE)
+    open(served, "ab").write(b"\x00" * 4)
+    with pytest.raises(DownloadError, match=rf"is 1,617,316 bytes, but {DATA_FILE} must be 1,617,312"):
+        fetch(mirror, tmp_path / "models")
+    assert [r for p, r in mirror.requests if p.endswith(DATA_FILE)] == [None]  # one request, not five
+    assert not os.path.exists(os.path.join(tmp_path, "models", "124M", DATA_FILE + ".part"))
+
+
+def test_redirects_are_followed(mirror, tmp_path):
+    folder = download.download_model("124M", str(tmp_path / "models"), base_url=mirror.url + "/moved", quiet=True)
+    assert same_bytes(os.path.join(folder, DATA_FILE), os.path.join(mirror.root, "124M", DATA_FILE))
+    assert any(p.startswith("/moved/") for p, _ in mirror.requests)
+
+
+def test_the_vendored_vocabulary_has_the_pinned_hashes():
+    for name, (size, digest) in download.model_files.VOCABULARY.items():
+        path = os.path.join(ROOT, "tests", "data", "gpt2-vocab", name)
+        assert os.path.getsize(path) == size and download.model_files.sha256(path) == digest
+
+
+def test_three_processes_downloading_one_model_take_turns(mirror, tmp_path):
+    mirror.faults[DATA_FILE] = ["slow"] * 3  # about 1.3 s: long enough for the others to arrive
+    args = ["124M", "--models-dir", str(tmp_path / "models"), "--base-url", mirror.url]
+    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "tiny_as_124m.py"), "download.py", *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
+    assert [code for _, _, code in results] == [0, 0, 0], results
+    waited = sum("waiting for another download of 124M in" in err for _, err, _ in results)
+    assert waited == 2 and not any("Traceback" in err for _, err, _ in results)
+    folder = tmp_path / "models" / "124M"
+    for name in download.MODEL_FILES:
+        assert same_bytes(folder / name, os.path.join(mirror.root, "124M", name)), name
+    assert sorted(p for p, _ in mirror.requests) == sorted(f"/124M/{n}" for n in download.MODEL_FILES)
+
+
+def test_cli_web_page_is_one_line_and_exit_2(mirror, tmp_path):
+    mirror.page = PORTAL
+    r = run_download("124M", "--models-dir", str(tmp_path), "--base-url", mirror.url)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert "web page instead of checkpoint: a captive portal or proxy?" in r.stderr
