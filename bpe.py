@@ -271,9 +271,13 @@ def parse_vocab(encoder_json, vocab_bpe):
 
 
 def get_encoder(folder):
-    """The Encoder for a model folder (or any folder with encoder.json and vocab.bpe)."""
+    """The Encoder for a model folder: OpenAI's encoder.json and vocab.bpe, or Hugging Face's
+    vocab.json and merges.txt (the same two tables under other names)."""
+    names = ("encoder.json", "vocab.bpe")
+    if not os.path.exists(os.path.join(folder, names[0])) and os.path.exists(os.path.join(folder, "vocab.json")):
+        names = ("vocab.json", "merges.txt")
     contents = []
-    for name in ("encoder.json", "vocab.bpe"):
+    for name in names:
         path = os.path.join(folder, name)
         try:
             with open(path, encoding="utf-8") as f:
@@ -285,7 +289,8 @@ def get_encoder(folder):
     try:
         return parse_vocab(*contents)
     except VocabError as e:
-        raise VocabError(e.message, path=os.path.join(folder, e.path)) from None
+        file = dict(zip(("encoder.json", "vocab.bpe"), names)).get(e.path, e.path)
+        raise VocabError(e.message, path=os.path.join(folder, file)) from None
 
 
 # ----------------------------------------------------------------------------

@@ -48,11 +48,12 @@ def parse_args(argv):
         prog="gpt2_numpy.py",
         description="GPT-2 in plain NumPy: generate text, score a text, count parameters, trace shapes.",
         epilog="Models download on first use to --models-dir, else $GPT2_MODELS_DIR, else models/ beside this "
-               "file; --base-url or $GPT2_BASE_URL picks a mirror.")
+               "file; --base-url or $GPT2_BASE_URL picks a mirror of OpenAI's files, $HF_ENDPOINT one of the Hub.")
     p.add_argument("prompt", nargs="?", default=None,
                    help="text to continue (or to score with --score, or to trace with --trace); "
                         "empty: sample unconditionally")
-    p.add_argument("--model", default="124M", help="124M (default), 355M, 774M, 1558M, or a checkpoint folder")
+    p.add_argument("--model", default="124M", help="124M (default), 355M, 774M, 1558M, a model folder (OpenAI's "
+                                                   "or Hugging Face's), or hf:owner/name[@revision] from the Hub")
     p.add_argument("--models-dir", help="where model sizes are downloaded")
     p.add_argument("--base-url", help="a mirror of OpenAI's model files")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -330,7 +331,9 @@ def print_params(model, models_dir):
     """--params: the count by part, and the tensors on disk counted too when they are there."""
     if model != "all" and model not in shapes.SIZES:
         folder = download.model_folder(model, models_dir)
-        return print_param_table({model: load_checkpoint(folder)})
+        if not os.path.isdir(folder):
+            raise UserError(f"{model} is not downloaded yet: run it once, or python download.py {model}")
+        return print_param_table({model: g.load_weights(folder)})
     loaded = {}
     for size in (shapes.SIZES if model == "all" else [model]):
         folder = download.model_folder(size, models_dir)
@@ -343,7 +346,7 @@ def print_params(model, models_dir):
 
 
 def print_param_table(models):
-    counts = {name: parameters.count_parameters(hp) for name, (hp, _) in models.items()}
+    counts = {name: parameters.count_parameters(hp, d_ff=hp.get("n_inner")) for name, (hp, _) in models.items()}
     names = list(models)
     width = max(14, *(len(n) + 2 for n in names))
     rows = [(part, lambda c, part=part: c["parts"][part], ",") for part in parameters.PARTS]

@@ -18,13 +18,16 @@ to check every tensor's checksum.
 import argparse
 import contextlib
 import os
+import re
 import sys
 import time
 
 import requests
 from tqdm import tqdm
 
+import hf_model
 import model_files
+import safetensors_reader
 import shapes
 from checkpoint import DATA_SUFFIX, CheckpointError, checkpoint_prefix, verify_checkpoint
 from errors import UserError, fail
@@ -46,6 +49,10 @@ class DownloadError(UserError):
     """A model could not be found or fetched; the message is one line for the user."""
 
 
+class NotFound(DownloadError):
+    """The server answered 404."""
+
+
 # ----------------------------------------------------------------------------
 # Where models live
 # ----------------------------------------------------------------------------
@@ -56,13 +63,16 @@ def default_models_dir():
 
 
 def model_folder(model, models_dir=None):
-    """The folder for `model`: one of MODEL_SIZES under models_dir, or an existing folder as given."""
+    """The folder for `model`: one of MODEL_SIZES or hf:owner/name under models_dir, or an existing folder."""
     if model in MODEL_SIZES:
         return os.path.join(models_dir or default_models_dir(), model)
+    if model.startswith("hf:"):
+        import hub
+        return hub.hub_folder(model[3:], models_dir)
     if os.path.isdir(model):
         return model
     raise DownloadError(f"unknown model {model!r}: choose one of {', '.join(MODEL_SIZES)}, "
-                        "or give the path of a checkpoint folder")
+                        "hf:owner/name from the Hugging Face Hub, or give the path of a model folder")
 
 
 # ----------------------------------------------------------------------------
@@ -74,9 +84,13 @@ def download_model(model, models_dir=None, base_url=None, quiet=False, tries=5, 
 
     A released size is downloaded (or mended) as needed. A path to an existing folder is
     checked and returned: a bad file in it is an error naming it, and nothing is changed."""
+    if model.startswith("hf:"):
+        import hub  # the Hub's layout, on this file's downloader
+        return hub.download_hub_model(model[3:], models_dir, quiet=quiet, tries=tries, backoff=backoff)
     folder = model_folder(model, models_dir)
     if model not in MODEL_SIZES:
-        check_user_folder(folder)
+        if not hf_model.is_hf_folder(folder):  # a Hugging Face folder is checked as it is read
+            check_user_folder(folder)
         return folder
     if not bad_files(folder, model) and model_files.is_verified(folder):
         return folder  # the usual case: everything checked in milliseconds, nothing to fetch
@@ -194,17 +208,18 @@ class _Retryable(Exception):
     """A failure worth another try: a dropped connection, a short body, a 5xx."""
 
 
-def fetch_file(url, path, quiet=False, tries=5, backoff=0.5, check=None, size=None):
+def fetch_file(url, path, quiet=False, tries=5, backoff=0.5, check=None, size=None, seen=None):
     """Download url to path through path + '.part', resuming and retrying. check(part) raises
     BadFile if the content is wrong; size, when known, is the size it must have. The file gets
-    its final name only when complete and checked."""
+    its final name only when complete and checked. seen, a dict, gets {file name: SHA-256}
+    when the server says it (the Hub's X-Linked-ETag)."""
     if tries < 1:
         raise ValueError(f"tries must be at least 1, got {tries}")
     part = path + ".part"
     name = os.path.basename(path)
     for attempt in range(1, tries + 1):
         try:
-            _fetch_into(url, part, quiet, size)
+            _fetch_into(url, part, quiet, size, seen)
             break
         except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
                 _Retryable) as e:
@@ -227,7 +242,7 @@ def fetch_file(url, path, quiet=False, tries=5, backoff=0.5, check=None, size=No
     os.replace(part, path)
 
 
-def _fetch_into(url, part, quiet, size):
+def _fetch_into(url, part, quiet, size, seen=None):
     """One try: append to `part` what the server still has to send."""
     have = os.path.getsize(part) if os.path.exists(part) else 0
     headers = {"Accept-Encoding": "identity"}
@@ -236,7 +251,12 @@ def _fetch_into(url, part, quiet, size):
     name = os.path.basename(part[:-len(".part")])
     with requests.get(url, headers=headers, stream=True, timeout=(10, 60)) as r:
         if r.status_code == 404:
-            raise DownloadError(f"unknown model size or wrong mirror: {url} answered HTTP 404")
+            raise NotFound(f"unknown model size or wrong mirror: {url} answered HTTP 404")
+        if seen is not None:
+            for response in r.history + [r]:  # the Hub gives it on the redirect to its CDN
+                etag = response.headers.get("X-Linked-ETag", "").strip('"')
+                if re.fullmatch(r"[0-9a-f]{64}", etag):
+                    seen[name] = etag
         if r.status_code == 416:  # our .part does not fit what the server has: start again
             os.remove(part)
             raise _Retryable("HTTP 416")
@@ -319,7 +339,11 @@ def main(argv=None):
     if args.retries < 1:
         fail("--retries must be at least 1")
     try:
-        if args.verify:
+        if args.verify and hf_model.is_hf_folder(model_folder(args.model, args.models_dir)):
+            files = safetensors_reader.verify_folder(model_folder(args.model, args.models_dir))
+            print(f"{model_folder(args.model, args.models_dir)}: every tensor's offsets and size fit its file "
+                  f"({', '.join(files)}); safetensors files hold no checksums")
+        elif args.verify:
             folder = model_folder(args.model, args.models_dir)
             start = time.perf_counter()
             nbytes = verify_checkpoint(folder, quiet=args.quiet)

@@ -26,6 +26,7 @@ import numpy as np
 
 import bpe
 import download
+import hf_model
 from checkpoint import load_checkpoint
 from errors import UserError
 
@@ -351,10 +352,21 @@ def score(ids, params, hparams):
 # 5. Loading
 # ============================================================================
 
+def load_weights(folder):
+    """-> (hparams, params) from OpenAI's TensorFlow checkpoint or a Hugging Face safetensors folder."""
+    if hf_model.is_hf_folder(folder):
+        hparams, params, converted = hf_model.load_hf_folder(folder)
+        if converted:
+            print(f"note: {' and '.join(sorted(converted))} weights were converted once to float32", file=sys.stderr)
+        return hparams, params
+    return load_checkpoint(folder)
+
+
 def load_model(model="124M", models_dir=None, base_url=None, quiet=False):
-    """-> (encoder, hparams, params) for a size (downloaded on first use) or a checkpoint folder."""
+    """-> (encoder, hparams, params) for a size (downloaded on first use), a checkpoint folder,
+    a Hugging Face folder, or hf:owner/name from the Hub."""
     folder = download.download_model(model, models_dir, base_url, quiet=quiet)
-    hparams, params = load_checkpoint(folder)
+    hparams, params = load_weights(folder)
     return bpe.get_encoder(folder), hparams, params
 
 

@@ -69,11 +69,11 @@ def taken_back(name, x):
 def activation_shapes(hparams, batch, n_tokens):
     """{TransformerLens name: shape} of every activation of one forward pass, in order."""
     B, T, C, H = batch, n_tokens, hparams["n_embd"], hparams["n_head"]
-    D = C // H
+    D, F = C // H, hparams.get("n_inner") or 4 * C
     per_stage = {"resid_pre": (B, T, C), "ln_1": (B, T, C), "attn.q": (B, T, H, D), "attn.k": (B, T, H, D),
                  "attn.v": (B, T, H, D), "attn.scores": (B, H, T, T), "attn.weights": (B, H, T, T),
                  "attn.z": (B, T, H, D), "attn.out": (B, T, C), "resid_mid": (B, T, C), "ln_2": (B, T, C),
-                 "mlp.c_fc": (B, T, 4 * C), "mlp.gelu": (B, T, 4 * C), "mlp.out": (B, T, C),
+                 "mlp.c_fc": (B, T, F), "mlp.gelu": (B, T, F), "mlp.out": (B, T, C),
                  "resid_post": (B, T, C)}
     shapes = {"hook_embed": (B, T, C), "hook_pos_embed": (1, T, C)}
     for i in range(hparams["n_layer"]):

@@ -25,14 +25,16 @@ def hparams(size):
     return dict(SIZES[size])
 
 
-def block_shapes(d):
-    """One transformer block's tensors, in the order the data meets them.   d = n_embd"""
+def block_shapes(d, d_ff=None):
+    """One transformer block's tensors, in the order the data meets them.   d = n_embd, and the
+    MLP's width d_ff is 4d in GPT-2 (Hugging Face's n_inner may set another)."""
+    f = d_ff or 4 * d
     return {"ln_1/g": (d,), "ln_1/b": (d,),
             "attn/c_attn/w": (d, 3 * d), "attn/c_attn/b": (3 * d,),  # q, k and v side by side
             "attn/c_proj/w": (d, d), "attn/c_proj/b": (d,),
             "ln_2/g": (d,), "ln_2/b": (d,),
-            "mlp/c_fc/w": (d, 4 * d), "mlp/c_fc/b": (4 * d,),
-            "mlp/c_proj/w": (4 * d, d), "mlp/c_proj/b": (d,)}
+            "mlp/c_fc/w": (d, f), "mlp/c_fc/b": (f,),
+            "mlp/c_proj/w": (f, d), "mlp/c_proj/b": (d,)}
 
 
 def tensor_shapes(hp):
@@ -40,7 +42,7 @@ def tensor_shapes(hp):
     V, T, d = hp["n_vocab"], hp["n_ctx"], hp["n_embd"]
     shapes = {"wte": (V, d), "wpe": (T, d)}
     for i in range(hp["n_layer"]):
-        shapes.update({f"h{i}/{name}": shape for name, shape in block_shapes(d).items()})
+        shapes.update({f"h{i}/{name}": shape for name, shape in block_shapes(d, hp.get("n_inner")).items()})
     shapes.update({"ln_f/g": (d,), "ln_f/b": (d,)})
     return shapes
 
@@ -68,7 +70,7 @@ def flatten(params):
         if isinstance(node, dict):
             for key, child in node.items():
                 yield from walk(f"{prefix}{key}/", child)
-        else:
+        elif hasattr(node, "shape"):  # an array (a layer norm's eps, a number, is no tensor)
             yield prefix[:-1], node
 
     flat = {"wte": params["wte"], "wpe": params["wpe"]}

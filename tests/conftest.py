@@ -76,6 +76,7 @@ class Mirror:
         self.faults = {}
         self.requests = []
         self.page = None
+        self.etags = {}  # file name -> the X-Linked-ETag header to send with it (as the Hub does)
         mirror = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -126,6 +127,8 @@ class Mirror:
                 else:
                     self.send_response(200)
                 rest = body[start:]
+                if name in mirror.etags:
+                    self.send_header("X-Linked-ETag", f'"{mirror.etags[name]}"')
                 if fault != "no_length":
                     self.send_header("Content-Length", str(len(rest)))
                 else:

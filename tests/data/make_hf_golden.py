@@ -75,8 +75,9 @@ def hf_model(name):
 def greedy_path(model, ids, n):
     """HF's greedy continuation, and the smallest top-1/top-2 logit gap along it."""
     with torch.no_grad():
-        out = model.generate(torch.tensor(ids), do_sample=False, max_new_tokens=n, min_new_tokens=n,
-                             pad_token_id=0, eos_token_id=None)
+        x = torch.tensor(ids)  # an explicit mask: else generate takes token 0 (pad_token_id) for padding
+        out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n,
+                             min_new_tokens=n, pad_token_id=0, eos_token_id=None)
         logits = model(out).logits[:, ids.shape[1] - 1:-1]
     top2 = torch.topk(logits, 2, dim=-1).values
     return out[:, ids.shape[1]:].numpy(), float((top2[..., 0] - top2[..., 1]).min())

@@ -1,0 +1,140 @@
+"""GPT-2s from the Hugging Face Hub (or a mirror of it), through download.py's downloader.
+
+    python gpt2_numpy.py "prompt" --model hf:distilbert/distilgpt2
+    python gpt2_numpy.py "prompt" --model hf:openai-community/gpt2@main
+
+A repository's files are at {endpoint}/{owner}/{name}/resolve/{revision}/{file}; the
+endpoint is $HF_ENDPOINT (as Hugging Face's own tools name it), else huggingface.co.
+The Hub's redirects (renamed repositories, large files on a CDN) are followed. We fetch
+config.json, the weights (model.safetensors, or model.safetensors.index.json and its
+shards) and the tokenizer (vocab.json, merges.txt) into <models>/hf/<owner>/<name>[@revision],
+with the same resumable, checked, locked downloads as OpenAI's files. The Hub gives a large
+file's SHA-256 in its X-Linked-ETag header: a file that does not match is not kept. Without
+it, the safetensors header is checked against the file's size.
+"""
+import json
+import os
+import re
+
+import model_files
+from download import DownloadError, NotFound, default_models_dir, fetch_file, taking_turns
+from model_files import BadFile
+from safetensors_reader import SafetensorsError, read_header
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+ENDPOINT_ENV = "HF_ENDPOINT"
+PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?"  # no "..", no "/", nothing that leaves a folder
+NAME = re.compile(rf"({PART})/({PART})(?:@({PART}))?")
+TOKENIZER = ("vocab.json", "merges.txt")
+
+
+def parse_name(name):
+    """'owner/name[@revision]' -> (owner, name, revision or None); anything else is an error."""
+    match = NAME.fullmatch(name)
+    if not match or ".." in name:
+        raise DownloadError(f"{name!r} is not a Hub model name: write hf:owner/name or hf:owner/name@revision "
+                            "(letters, digits, '.', '_' and '-')")
+    return match.groups()
+
+
+def hub_folder(name, models_dir=None):
+    owner, repo, revision = parse_name(name)
+    return os.path.join(models_dir or default_models_dir(), "hf", owner, repo + (f"@{revision}" if revision else ""))
+
+
+def check_hub_file(file, path, seen):
+    """BadFile unless the file is plausible: no web page; JSON where JSON is due; a safetensors
+    file whose SHA-256 is the Hub's (when it gave one) and whose header fits its size."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if model_files.looks_like_a_web_page(head):
+        raise BadFile("it is a web page (HTML or XML), not a model file")
+    if file.endswith(".json"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                json.load(f)
+        except (ValueError, UnicodeDecodeError):
+            raise BadFile("it is not valid JSON") from None
+    if file.endswith(".safetensors"):
+        sha = seen.get(file)
+        if sha and model_files.sha256(path) != sha:
+            raise BadFile(f"its SHA-256 is not {sha}, the one the Hub gave")
+        try:
+            read_header(path)
+        except SafetensorsError as e:
+            raise BadFile(e.message) from None
+
+
+def weight_files(folder):
+    """The safetensors files this folder's index names (or the single file)."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return ["model.safetensors"]
+    with open(index, encoding="utf-8") as f:
+        shards = sorted(set(json.load(f)["weight_map"].values()))
+    bad = [s for s in shards if not (isinstance(s, str) and re.fullmatch(PART, s))]
+    if bad:  # a shard is fetched under its own name: it must not leave the folder
+        raise DownloadError(f"the index names a shard {bad[0]!r} that is not a plain file name", path=index)
+    return ["model.safetensors.index.json"] + shards
+
+
+def is_complete(folder):
+    """Every file is there and passes its check (no network: a warm run costs milliseconds)."""
+    try:
+        files = ["config.json", *weight_files(folder), *TOKENIZER]
+        for file in files:
+            check_hub_file(file, os.path.join(folder, file), {})
+        return True
+    except (OSError, ValueError, KeyError, TypeError, BadFile):
+        return False
+
+
+def download_hub_model(name, models_dir=None, quiet=False, tries=5, backoff=0.5, endpoint=None):
+    """Make sure hf:name is on disk; returns its folder."""
+    owner, repo, revision = parse_name(name)
+    folder = hub_folder(name, models_dir)
+    if is_complete(folder):
+        return folder
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise DownloadError(f"cannot create this folder ({e.strerror or e})", path=folder) from None
+    base = (endpoint or os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT).rstrip("/")
+    base = f"{base}/{owner}/{repo}/resolve/{revision or 'main'}"
+    seen = {}
+
+    def fetch(file):
+        path = os.path.join(folder, file)
+        if os.path.exists(path):
+            try:
+                check_hub_file(file, path, {})
+                return
+            except BadFile:
+                os.remove(path)
+        fetch_file(f"{base}/{file}", path, quiet=quiet, tries=tries, backoff=backoff, seen=seen,
+                   check=lambda part: check_hub_file(file, part, seen))
+
+    with taking_turns(folder, f"hf:{name}", quiet):
+        try:
+            fetch("config.json")
+        except NotFound:
+            raise DownloadError(f"no such model on the Hub or mirror: hf:{name} ({base}/config.json answered "
+                                "HTTP 404)") from None
+        try:
+            fetch("model.safetensors")
+        except NotFound:
+            try:
+                fetch("model.safetensors.index.json")
+            except NotFound:
+                raise DownloadError(f"hf:{name} has no model.safetensors: if it has only pytorch_model.bin (a "
+                                    "pickle), this project does not load it; convert it with transformers' "
+                                    "save_pretrained") from None
+            for shard in weight_files(folder)[1:]:
+                fetch(shard)
+        for file in TOKENIZER:
+            try:
+                fetch(file)
+            except NotFound:
+                raise DownloadError(f"hf:{name} has no {file}: this project needs GPT-2's byte-level BPE "
+                                    "(vocab.json and merges.txt)") from None
+    return folder
