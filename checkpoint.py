@@ -15,7 +15,6 @@ buffers. The file reads in the order we walk it:
 data file: nothing is copied, and pages are read from disk only when the model uses
 them. `verify_checkpoint` checks every tensor's CRC-32C (crc32c.py).
 """
-import json
 import os
 import struct
 import sys
@@ -25,7 +24,7 @@ from tqdm import tqdm
 
 import shapes
 from crc32c import masked_crc32c
-from errors import UserError
+from errors import UserError, read_json
 
 DATA_SUFFIX = ".data-00000-of-00001"
 
@@ -239,13 +238,7 @@ def read_index(path):
 def read_hparams(folder):
     """hparams.json: n_vocab, n_ctx, n_embd, n_head, n_layer."""
     path = os.path.join(folder, "hparams.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            hparams = json.load(f)
-    except OSError as e:
-        raise CheckpointError(e.strerror, path=path) from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"not valid JSON ({e})", path=path) from None
+    hparams = read_json(path, CheckpointError)
     keys = shapes.HPARAM_KEYS
     if not isinstance(hparams, dict) or not all(
             isinstance(hparams.get(k), int) and not isinstance(hparams.get(k), bool) and hparams[k] > 0 for k in keys):

@@ -9,6 +9,7 @@ Anything else is a bug, in this code or in a student's rewrite of a function: it
 is never caught, so it shows its traceback. (A matmul with mismatched shapes is a
 ValueError from NumPy, but not a UserError: you see where it happened.)
 """
+import json
 import sys
 
 
@@ -25,3 +26,14 @@ def fail(message):
     """Report a user's mistake on the command line: one line on stderr, exit status 2."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def read_json(path, error=UserError):
+    """A JSON file's content; a missing or unreadable one is `error` (a UserError) naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise error(e.strerror, path=path) from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise error(f"not valid JSON ({e})", path=path) from None

@@ -14,13 +14,12 @@ The tensors get the checkpoint's names, so the model never knows where they came
 config.json's options that change the architecture are either implemented (n_inner, the
 MLP's width; layer_norm_epsilon) or refused by name: never silently wrong logits.
 """
-import json
 import os
 
 import numpy as np
 
 import shapes
-from errors import UserError
+from errors import UserError, read_json
 from safetensors_reader import load_folder
 
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # two names for GPT-2's tanh approximation
@@ -39,13 +38,7 @@ def is_hf_folder(folder):
 def read_config(folder):
     """config.json -> hparams (n_vocab, n_ctx, n_embd, n_head, n_layer, n_inner, layer_norm_epsilon)."""
     path = os.path.join(folder, "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except OSError as e:
-        raise HubFolderError(e.strerror, path=path) from None
-    except (ValueError, UnicodeDecodeError):
-        raise HubFolderError("not valid JSON", path=path) from None
+    config = read_json(path, HubFolderError)
     if not isinstance(config, dict):
         raise HubFolderError("not a JSON object", path=path)
     if config.get("model_type", "gpt2") != "gpt2":
