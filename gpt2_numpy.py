@@ -7,7 +7,8 @@ The file goes in the order the data flows:
   2. attention          split_heads, attention_scores, attention, the KV cache, mha
   3. the model          transformer_block, gpt2
   4. generation         sampling controls, generate (streams tokens), score
-  5. loading            load_model; then the entry point, which hands over to cli.py
+  5. loading            load_weights (OpenAI's or Hugging Face's), load_model; then the entry
+                        point, which hands over to cli.py
 
 Arrays are float32 throughout. Shapes use B = batch, T = positions, C = n_embd,
 H = n_head, D = C / H (one head's width), V = n_vocab. Parameter names follow
