@@ -372,6 +372,7 @@ def load_model(model="124M", models_dir=None, base_url=None, quiet=False):
 
 
 if __name__ == "__main__":
+    sys.modules.setdefault("gpt2_numpy", sys.modules["__main__"])  # cli's `import gpt2_numpy` is this file, run once
     import cli  # the command line (flags, printing, exit codes) is its own file: this one is the model
 
     sys.exit(cli.main())
