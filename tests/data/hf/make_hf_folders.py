@@ -5,6 +5,7 @@ Dev-only: `pip install torch==2.13.0 transformers safetensors`. Run: python test
   tiny/     GPT2LMHeadModel with GPT-2's real vocabulary (tokenizer saved by GPT2Tokenizer), float32
   inner/    n_inner = 24 and layer_norm_epsilon = 1e-3, a 96-token vocabulary
   sharded/  the same shape as inner/, other weights, saved in float16, in shards (model.safetensors.index.json)
+  bf16/     the same shape, other weights, saved in bfloat16
   bare/     tiny/'s weights as the Hub's openai-community/gpt2 stores them: names without "transformer.",
             the causal-mask buffers h.N.attn.bias, and lm_head.weight (= wte), by safetensors.numpy.save_file
             (weights only: no tokenizer files)
@@ -20,6 +21,7 @@ import shutil
 
 import numpy as np
 import safetensors.numpy
+import safetensors.torch
 import torch
 import transformers
 
@@ -86,11 +88,18 @@ def golden(folder, ids):
 
 
 def digests(folder):
+    """Each tensor's bytes as safetensors.numpy loads them (bfloat16, which NumPy lacks: as
+    safetensors.torch loads them, viewed as 16-bit integers)."""
     out = {}
     for f in sorted(os.listdir(folder)):
         if f.endswith(".safetensors"):
-            for k, v in safetensors.numpy.load_file(os.path.join(folder, f)).items():
-                out[k] = {"file": f, "dtype": str(v.dtype), "shape": list(v.shape),
+            try:
+                tensors = {k: (str(v.dtype), v) for k, v in safetensors.numpy.load_file(os.path.join(folder, f)).items()}
+            except TypeError:
+                tensors = {k: ("bfloat16", v.view(torch.int16).numpy())
+                           for k, v in safetensors.torch.load_file(os.path.join(folder, f)).items()}
+            for k, (dtype, v) in tensors.items():
+                out[k] = {"file": f, "dtype": dtype, "shape": list(v.shape),
                           "sha256": hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()}
     return out
 
@@ -104,9 +113,12 @@ def main():
     inner = make("inner", transformers.GPT2Config(vocab_size=96, n_inner=24, layer_norm_epsilon=1e-3, **small), seed=2)
     sharded = make("sharded", transformers.GPT2Config(vocab_size=96, n_inner=24, layer_norm_epsilon=1e-3, **small),
                    seed=3, dtype=torch.float16, shard="8KB")
+    bf16 = make("bf16", transformers.GPT2Config(vocab_size=96, n_inner=24, layer_norm_epsilon=1e-3, **small),
+                seed=4, dtype=torch.bfloat16)
     rng = np.random.default_rng(0)
     gold = {}
-    for name, folder, vocab in (("tiny", tiny, 50257), ("inner", inner, 96), ("sharded", sharded, 96)):
+    for name, folder, vocab in (("tiny", tiny, 50257), ("inner", inner, 96), ("sharded", sharded, 96),
+                                ("bf16", bf16, 96)):
         ids = rng.integers(0, vocab, (2, 10))
         logits, greedy = golden(folder, ids)
         gold.update({f"{name}/ids": ids, f"{name}/last_logits": logits[:, -1],
@@ -114,9 +126,9 @@ def main():
     np.savez_compressed(os.path.join(HERE, "golden.npz"), **gold,
                         versions=np.array([f"torch {torch.__version__}", f"transformers {transformers.__version__}"]))
     with open(os.path.join(HERE, "safetensors.json"), "w") as f:
-        json.dump({name: digests(os.path.join(HERE, name)) for name in ("tiny", "inner", "sharded", "bare")}, f,
+        json.dump({name: digests(os.path.join(HERE, name)) for name in ("tiny", "inner", "sharded", "bare", "bf16")}, f,
                   indent=1)
-    for name in ("tiny", "inner", "sharded", "bare"):
+    for name in ("tiny", "inner", "sharded", "bare", "bf16"):
         print(name, sorted(os.listdir(os.path.join(HERE, name))))
 
 
