@@ -33,15 +33,15 @@ import numpy as np
 from errors import UserError
 from gpt2_numpy import gpt2, layer_norm, log_softmax, softmax
 
-BLOCK_NAMES = {  # ours -> TransformerLens's, inside block i
-    "resid_pre": "hook_resid_pre", "ln_1": "ln1.hook_normalized",
-    "attn.q": "attn.hook_q", "attn.k": "attn.hook_k", "attn.v": "attn.hook_v",
-    "attn.scores": "attn.hook_attn_scores", "attn.weights": "attn.hook_pattern", "attn.z": "attn.hook_z",
-    "attn.out": "hook_attn_out", "resid_mid": "hook_resid_mid", "ln_2": "ln2.hook_normalized",
-    "mlp.c_fc": "mlp.hook_pre", "mlp.gelu": "mlp.hook_post", "mlp.out": "hook_mlp_out",
-    "resid_post": "hook_resid_post"}
+BLOCK_STAGES = {  # inside block i: ours -> (TransformerLens's name, its shape as shown here)
+    "resid_pre": ("hook_resid_pre", "BTC"), "ln_1": ("ln1.hook_normalized", "BTC"),
+    "attn.q": ("attn.hook_q", "BTHD"), "attn.k": ("attn.hook_k", "BTHD"), "attn.v": ("attn.hook_v", "BTHD"),
+    "attn.scores": ("attn.hook_attn_scores", "BHTT"), "attn.weights": ("attn.hook_pattern", "BHTT"),
+    "attn.z": ("attn.hook_z", "BTHD"), "attn.out": ("hook_attn_out", "BTC"), "resid_mid": ("hook_resid_mid", "BTC"),
+    "ln_2": ("ln2.hook_normalized", "BTC"), "mlp.c_fc": ("mlp.hook_pre", "BTF"), "mlp.gelu": ("mlp.hook_post", "BTF"),
+    "mlp.out": ("hook_mlp_out", "BTC"), "resid_post": ("hook_resid_post", "BTC")}
 OUTSIDE_NAMES = {"wte": "hook_embed", "wpe": "hook_pos_embed", "ln_f": "ln_final.hook_normalized"}
-HEADS_SECOND = {"attn.q", "attn.k", "attn.v", "attn.z"}  # TransformerLens: [B, T, H, D]; the model: [B, H, T, D]
+HEADS_SECOND = {s for s, (_, layout) in BLOCK_STAGES.items() if layout == "BTHD"}  # the model has them [B, H, T, D]
 
 
 def lens_name(name):
@@ -49,7 +49,7 @@ def lens_name(name):
     if name in OUTSIDE_NAMES:
         return OUTSIDE_NAMES[name]
     block, stage = name.split(".", 1)
-    return f"blocks.{block[1:]}.{BLOCK_NAMES[stage]}"
+    return f"blocks.{block[1:]}.{BLOCK_STAGES[stage][0]}"
 
 
 def shown(name, x):
@@ -69,12 +69,8 @@ def taken_back(name, x):
 def activation_shapes(hparams, batch, n_tokens):
     """{TransformerLens name: shape} of every activation of one forward pass, in order."""
     B, T, C, H = batch, n_tokens, hparams["n_embd"], hparams["n_head"]
-    D, F = C // H, hparams.get("n_inner") or 4 * C
-    per_stage = {"resid_pre": (B, T, C), "ln_1": (B, T, C), "attn.q": (B, T, H, D), "attn.k": (B, T, H, D),
-                 "attn.v": (B, T, H, D), "attn.scores": (B, H, T, T), "attn.weights": (B, H, T, T),
-                 "attn.z": (B, T, H, D), "attn.out": (B, T, C), "resid_mid": (B, T, C), "ln_2": (B, T, C),
-                 "mlp.c_fc": (B, T, F), "mlp.gelu": (B, T, F), "mlp.out": (B, T, C),
-                 "resid_post": (B, T, C)}
+    size = {"B": B, "T": T, "C": C, "H": H, "D": C // H, "F": hparams.get("n_inner") or 4 * C}  # F: the MLP's width
+    per_stage = {stage: tuple(size[letter] for letter in layout) for stage, (_, layout) in BLOCK_STAGES.items()}
     shapes = {"hook_embed": (B, T, C), "hook_pos_embed": (1, T, C)}
     for i in range(hparams["n_layer"]):
         shapes.update({lens_name(f"h{i}.{stage}"): shape for stage, shape in per_stage.items()})
@@ -173,9 +169,11 @@ def check_hook_names(hooks, known):
 def trace(ids, params, hparams, blocks=None):
     """One forward pass, every stage in order: [(name, array)], from the token ids to the
     logits. It is run_with_cache's cache. blocks: the blocks whose stages to keep (default all)."""
+    def wanted(name):  # blocks.3.attn.hook_z is in block 3; hook_embed is in none
+        return blocks is None or not name.startswith("blocks.") or int(name.split(".")[1]) in blocks
+
     ids = np.atleast_2d(np.asarray(ids))
-    logits, cache = run_with_cache(ids, params, hparams, names=lambda name: blocks is None or not name.startswith(
-        "blocks.") or int(name.split(".")[1]) in blocks)
+    logits, cache = run_with_cache(ids, params, hparams, names=wanted)
     return [("token ids", ids)] + list(cache.items()) + [("logits", logits)]
 
 
