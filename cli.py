@@ -59,8 +59,8 @@ def parse_args(argv):
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--threads", type=positive_int, default=None, help="BLAS threads (default: BLAS decides)")
     p.add_argument("--quiet", action="store_true", help="no progress bars, no speed report")
-    for add_flags in (generate_flags, score_flags, trace_flags, look_inside_flags, params_flags):  # each beside its
-        add_flags(p)  # printing, below
+    for add_flags in (generate_flags, score_flags, trace_flags, look_inside_flags, params_flags):
+        add_flags(p)  # each subcommand's flags are defined beside its printing, below
     p.error = fail
     args = p.parse_args(argv)
     if args.greedy:
@@ -271,7 +271,7 @@ def top_entries(encoder, probs, k):
 
 
 def run_top(args, encoder, hparams, params):
-    ids = encoder.encode(args.prompt)
+    ids = encoder.encode(args.prompt) or [g.ENDOFTEXT]  # an empty prompt: after <|endoftext|>, as generate starts
     logits = g.gpt2(ids, params, hparams["n_head"], last_only=True)[-1]
     top, probs, logprobs = look_inside.next_token_table(logits, args.top)
     print(f"after {len(ids)} tokens, ...{shown_token(encoder, ids[-1])!r}:")

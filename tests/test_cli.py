@@ -170,6 +170,12 @@ def test_top_prints_the_next_token_table(site, encoder):
     assert np.allclose(probs, want[ids], atol=1e-4)
 
 
+def test_top_without_a_prompt_is_after_endoftext(site):
+    mirror, models = site
+    out = text(run("--models-dir", models, "--top", "2"))[0].splitlines()
+    assert out[0] == "after 1 tokens, ...'<|endoftext|>':" and len(out) == 4
+
+
 def test_json_generation_gives_each_steps_alternatives_after_the_sampling_settings(site):
     mirror, models = site
     r = run(TURING_TEXT, "--models-dir", models, "--json", "--top", "4", "--n-tokens", "3", "--no-stop",
