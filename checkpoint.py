@@ -15,9 +15,12 @@ buffers. The file reads in the order we walk it:
 data file: nothing is copied, and pages are read from disk only when the model uses
 them. `verify_checkpoint` checks every tensor's CRC-32C (crc32c.py).
 """
+import json
 import os
+import shutil
 import struct
 import sys
+import tempfile
 
 import numpy as np
 from tqdm import tqdm
@@ -330,3 +333,157 @@ def verify_checkpoint(folder, quiet=True):
                                   path=checkpoint_prefix(folder) + DATA_SUFFIX)
         checked += tensors[name].nbytes
     return checked
+
+
+# ----------------------------------------------------------------------------
+# Writing a checkpoint: the reader's mirror, in TensorFlow's own layout
+# ----------------------------------------------------------------------------
+# TensorFlow writes the table with LevelDB's defaults: data blocks flushed once they reach
+# 256 KiB, a restart point every 16 keys (every key in the index block), the index block's
+# keys shortened to separators. We do the same, so a test can hold our index to TensorFlow's
+# byte for byte for the same tensors.
+
+BLOCK_SIZE = 256 * 1024
+RESTART_INTERVAL = 16
+
+
+def varint(value):
+    """The protocol-buffer varint of a non-negative int (read_varint's inverse)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def proto_field(number, value):
+    """One field: an int as a varint (wire type 0), bytes length-delimited (wire type 2)."""
+    if isinstance(value, bytes):
+        return varint(number << 3 | 2) + varint(len(value)) + value
+    return varint(number << 3) + varint(value)
+
+
+def fields(*pairs):
+    """A message from (number, value) pairs; zero ints are left out, as proto3 does."""
+    return b"".join(proto_field(n, v) for n, v in pairs if v != 0)
+
+
+def entry_proto(shape, offset, size, crc):
+    """BundleEntryProto: dtype, shape, offset, size, then the masked CRC-32C as fixed32 (wire type 5)."""
+    dims = b"".join(proto_field(2, fields((1, d))) for d in shape)
+    return fields((1, DT_FLOAT), (2, dims), (4, offset), (5, size)) + varint(6 << 3 | 5) + struct.pack("<I", crc)
+
+
+HEADER_PROTO = fields((1, 1), (3, fields((1, 1))))  # num_shards 1, little-endian (0), version {producer 1}
+
+
+class BlockBuilder:
+    """Entries with shared key prefixes, a restart point every `interval` keys, then the restart array."""
+
+    def __init__(self, interval):
+        self.interval, self.buf, self.restarts, self.count, self.last = interval, bytearray(), [0], 0, b""
+
+    def add(self, key, value):
+        if self.count == self.interval:
+            self.restarts.append(len(self.buf))
+            self.count, self.last = 0, b""
+        shared = 0
+        while shared < min(len(key), len(self.last)) and key[shared] == self.last[shared]:
+            shared += 1
+        self.buf += varint(shared) + varint(len(key) - shared) + varint(len(value)) + key[shared:] + value
+        self.count, self.last = self.count + 1, key
+
+    def size(self):
+        return len(self.buf) + 4 * len(self.restarts) + 4
+
+    def finish(self):
+        return bytes(self.buf) + b"".join(struct.pack("<I", r) for r in self.restarts) + struct.pack(
+            "<I", len(self.restarts))
+
+
+def separator(start, limit):
+    """A short key >= start and < limit (LevelDB's FindShortestSeparator)."""
+    i = 0
+    while i < min(len(start), len(limit)) and start[i] == limit[i]:
+        i += 1
+    if i < min(len(start), len(limit)) and start[i] < 0xFF and start[i] + 1 < limit[i]:
+        return start[:i] + bytes([start[i] + 1])
+    return start
+
+
+def successor(key):
+    """A short key >= key (LevelDB's FindShortSuccessor)."""
+    for i, byte in enumerate(key):
+        if byte != 0xFF:
+            return key[:i] + bytes([byte + 1])
+    return key
+
+
+def table(entries):
+    """The .index file's bytes for sorted (key, value) pairs: data blocks, metaindex, index, footer."""
+    out, index = bytearray(), BlockBuilder(1)
+
+    def write_block(contents):
+        handle = varint(len(out)) + varint(len(contents))
+        out.extend(contents + b"\x00" + struct.pack("<I", masked_crc32c(contents + b"\x00")))
+        return handle
+
+    block, pending, last = BlockBuilder(RESTART_INTERVAL), None, b""
+    for key, value in entries:
+        if pending is not None:
+            index.add(separator(last, key), pending)
+            pending = None
+        block.add(key, value)
+        last = key
+        if block.size() >= BLOCK_SIZE:
+            pending, block = write_block(block.finish()), BlockBuilder(RESTART_INTERVAL)
+    if block.count or block.buf:
+        pending = write_block(block.finish())
+    if pending is not None:
+        index.add(successor(last), pending)
+    meta = write_block(BlockBuilder(RESTART_INTERVAL).finish())
+    footer = meta + write_block(index.finish())
+    return bytes(out) + footer + bytes(40 - len(footer)) + struct.pack("<II", TABLE_MAGIC & 0xFFFFFFFF,
+                                                                       TABLE_MAGIC >> 32)
+
+
+def checkpoint_files(tensors):
+    """{checkpoint name: float32 array} -> (index bytes, data bytes), tensors in name order."""
+    entries, data, offset = [(b"", HEADER_PROTO)], [], 0
+    for name in sorted(tensors):
+        raw = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
+        entries.append((name.encode(), entry_proto(tensors[name].shape, offset, len(raw), masked_crc32c(raw))))
+        data.append(raw)
+        offset += len(raw)
+    return table(entries), b"".join(data)
+
+
+def write_checkpoint(folder, params, hparams, vocab=None):
+    """Write params as OpenAI's files (checkpoint, hparams.json, model.ckpt.index and .data, and
+    encoder.json and vocab.bpe copied from the folder `vocab`), into a temporary folder that is
+    renamed to `folder` only when complete: a crash never leaves half a checkpoint."""
+    tensors = {f"model/{name}": a[None] if name.endswith("/w") else a for name, a in shapes.flatten(params).items()}
+    index, data = checkpoint_files(tensors)
+    parent = os.path.dirname(os.path.abspath(folder))
+    tmp = tempfile.mkdtemp(dir=parent, prefix=".writing-")
+    try:
+        files = {"checkpoint": b'model_checkpoint_path: "model.ckpt"\nall_model_checkpoint_paths: "model.ckpt"\n',
+                 "hparams.json": json.dumps({k: hparams[k] for k in shapes.HPARAM_KEYS}, indent=2).encode(),
+                 "model.ckpt.index": index, "model.ckpt" + DATA_SUFFIX: data}
+        for name, content in files.items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(content)
+        for name in ("encoder.json", "vocab.bpe") if vocab else ():
+            shutil.copy(os.path.join(vocab, name), tmp)
+        old = None
+        if os.path.exists(folder):  # the last save steps aside only once the new one is whole
+            old = tempfile.mkdtemp(dir=parent, prefix=".replaced-")
+            os.rename(folder, os.path.join(old, "previous"))
+        os.rename(tmp, folder)
+        if old:
+            shutil.rmtree(old)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"cannot write the checkpoint ({e.strerror or e})", path=folder) from None
+    return folder

@@ -155,3 +155,46 @@ def test_1000_random_corruptions_of_the_index_load_identically_or_raise_checkpoi
         assert all(np.array_equal(got[k], want[k]) for k in want), trial
         outcomes["identical"] += 1
     assert outcomes["error"] > 900  # nearly every corruption is caught, by the block checksums above all
+
+
+# --- writing: the reader's mirror ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["tiny", "odd", "many"])
+def test_the_writer_gives_tensorflows_own_bytes_for_the_same_tensors(name):
+    """make_checkpoints.py gave TensorFlow these arrays; we write the same index and data, byte for byte."""
+    index, data = checkpoint.checkpoint_files(expected_tensors(name))
+    with open(os.path.join(checkpoint_dir(name), "model.ckpt.index"), "rb") as f:
+        assert index == f.read()
+    with open(os.path.join(checkpoint_dir(name), "model.ckpt.data-00000-of-00001"), "rb") as f:
+        assert data == f.read()
+
+
+def test_loading_what_was_written_gives_the_params_back(tmp_path):
+    hp, params = checkpoint.load_checkpoint(checkpoint_dir("odd"))
+    changed = shapes.nest({k: (a * 2 + 1).astype(np.float32) for k, a in shapes.flatten(params).items()}, hp["n_layer"])
+    folder = checkpoint.write_checkpoint(str(tmp_path / "out"), changed, hp)
+    hp2, again = checkpoint.load_checkpoint(folder)
+    assert hp2 == hp
+    want, got = shapes.flatten(changed), shapes.flatten(again)
+    assert list(want) == list(got) and all(np.array_equal(want[k], got[k]) for k in want)
+    assert checkpoint.verify_checkpoint(folder) == sum(a.nbytes for a in want.values())
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # no temporary folder left
+
+
+def test_writing_over_a_checkpoint_replaces_it_whole_or_not_at_all(tmp_path):
+    hp, params = checkpoint.load_checkpoint(checkpoint_dir("odd"))
+    folder = checkpoint.write_checkpoint(str(tmp_path / "out"), params, hp)
+    before = {f: open(os.path.join(folder, f), "rb").read() for f in os.listdir(folder)}
+    with pytest.raises(CheckpointError, match="cannot write the checkpoint"):  # the vocabulary to copy is missing
+        checkpoint.write_checkpoint(folder, params, hp, vocab=str(tmp_path / "no such folder"))
+    assert {f: open(os.path.join(folder, f), "rb").read() for f in os.listdir(folder)} == before
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+    doubled = shapes.nest({k: a * 2 for k, a in shapes.flatten(params).items()}, hp["n_layer"])
+    checkpoint.write_checkpoint(folder, doubled, hp)
+    assert np.array_equal(checkpoint.load_checkpoint(folder)[1]["wte"], params["wte"] * 2)
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**35, 2**63])
+def test_varint_is_read_varints_inverse(value):
+    assert checkpoint.read_varint(checkpoint.varint(value), 0) == (value, len(checkpoint.varint(value)))
