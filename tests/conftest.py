@@ -194,7 +194,8 @@ def closed_port():
 # The order a student meets failures in: the building blocks before the model built from
 # them, the model before the programs built on it. Files not listed run last.
 FILE_ORDER = ["test_blocks.py", "test_crc32c.py", "test_bpe.py", "test_checkpoint.py", "test_model.py",
-              "test_look_inside.py", "test_params.py", "test_download.py", "test_cli.py", "test_exercises.py"]
+              "test_look_inside.py", "test_train.py", "test_params.py", "test_download.py", "test_cli.py",
+              "test_exercises.py"]
 
 
 def pytest_collection_modifyitems(items):
