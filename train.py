@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 import gpt2_numpy as g
+import shapes
 
 KEPT = ("resid_pre", "ln_1", "attn.q", "attn.k", "attn.v", "attn.weights", "attn.z", "resid_mid", "ln_2",
         "mlp.c_fc", "mlp.gelu")  # per block; and the last block's output, ln_f's input
@@ -152,3 +153,71 @@ def loss_and_grads(ids, targets, params, n_head):
     grads["wpe"] = np.zeros_like(params["wpe"])
     grads["wpe"][:T] = dx.sum(axis=0)
     return loss, grads
+
+
+# ============================================================================
+# 4. The optimizer
+# ============================================================================
+
+def trainable(params):
+    """A writable float32 copy of params (the loaded ones are read-only views into the file)."""
+    return shapes.nest({k: np.array(a, dtype=np.float32) for k, a in shapes.flatten(params).items()},
+                       len(params["blocks"]))
+
+
+def decays(name):
+    """AdamW's weight decay applies to matrices and embeddings (w, wte, wpe), not to biases and gains."""
+    return name.endswith("/w") or name in ("wte", "wpe")
+
+
+def new_adamw_state(params):
+    """The two moments of every parameter, zero, and the step count."""
+    return {"step": 0, "m": {k: np.zeros_like(a) for k, a in shapes.flatten(params).items()},
+            "v": {k: np.zeros_like(a) for k, a in shapes.flatten(params).items()}}
+
+
+def clip_grad_norm(grads, max_norm):
+    """Scale every gradient by max_norm / ‖all gradients‖ when that norm is larger. -> the norm before."""
+    flat = shapes.flatten(grads)
+    norm = math.sqrt(sum(float(np.vdot(a, a)) for a in flat.values()))
+    if max_norm and norm > max_norm:
+        for a in flat.values():
+            a *= max_norm / (norm + 1e-6)
+    return norm
+
+
+def adamw_step(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
+    """One AdamW step, in place:  p ← p (1 - lr·λ) - lr · m̂ / (√v̂ + ε),
+    m ← β1 m + (1 - β1) g,  v ← β2 v + (1 - β2) g²,  m̂ = m / (1 - β1ᵗ),  v̂ = v / (1 - β2ᵗ).
+    Only one temporary, the size of the largest tensor, is made."""
+    state["step"] += 1
+    t = state["step"]
+    correction1, correction2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
+    flat_p, flat_g = shapes.flatten(params), shapes.flatten(grads)
+    scratch = np.empty(max(a.size for a in flat_p.values()), np.float32)
+    for name, p in flat_p.items():
+        grad, m, v = flat_g[name], state["m"][name], state["v"][name]
+        tmp = scratch[:p.size].reshape(p.shape)
+        if weight_decay and decays(name):
+            p *= 1.0 - lr * weight_decay
+        m *= beta1
+        np.multiply(grad, 1.0 - beta1, out=tmp)
+        m += tmp
+        v *= beta2
+        np.multiply(grad, grad, out=tmp)
+        tmp *= 1.0 - beta2
+        v += tmp
+        np.sqrt(v, out=tmp)
+        tmp *= 1.0 / math.sqrt(correction2)
+        tmp += eps
+        np.divide(m, tmp, out=tmp)
+        tmp *= lr / correction1
+        p -= tmp
+
+
+def learning_rate(step, max_lr, warmup, total, min_lr=0.0):
+    """Linear warm-up to max_lr over `warmup` steps, then cosine decay to min_lr at `total`."""
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (max_lr - min_lr)

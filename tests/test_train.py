@@ -1,5 +1,6 @@
 """train.py: each block's backward against float64 finite differences, then every parameter's
 gradient against torch autograd on GPT2LMHeadModel (tests/data/grad_golden.npz)."""
+import math
 import os
 
 import numpy as np
@@ -161,3 +162,50 @@ def test_the_training_forward_is_the_model(models):
     logits, kept, _ = train.training_forward(ids, params, hp["n_head"])
     assert np.abs(logits - g.gpt2(ids, params, hp["n_head"])).max() <= 1e-6
     assert sorted(kept[0]) == sorted(train.KEPT)
+
+
+# --- the optimizer ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case, name", [("adamw_odd", "odd"), ("adamw_tiny", "tiny")])
+def test_ten_adamw_steps_give_torchs_losses(models, case, name):
+    """As llm.c's test_gpt2: one batch, ten steps (lr 1e-3, weight decay 0.1 on matrices and
+    embeddings, gradients clipped to norm 1), every loss against torch.optim.AdamW's."""
+    hp, params = models[name]
+    params = train.trainable(params)
+    state = train.new_adamw_state(params)
+    ids, targets = GOLDEN[f"{case}/ids"], GOLDEN[f"{case}/targets"]
+    losses = []
+    for _ in range(10):
+        loss, grads = train.loss_and_grads(ids, targets, params, hp["n_head"])
+        train.clip_grad_norm(grads, 1.0)
+        train.adamw_step(params, grads, state, lr=1e-3, weight_decay=0.1)
+        losses.append(loss)
+    want = GOLDEN[f"{case}/losses"]
+    assert np.abs(np.array(losses) - want).max() <= 1e-5, list(zip(losses, want))
+    assert losses[-1] < losses[0] - 0.1  # it learns
+
+
+def test_adamw_decays_matrices_and_embeddings_only():
+    params = {"wte": np.ones((3, 2), np.float32), "wpe": np.ones((2, 2), np.float32), "blocks": [],
+              "ln_f": {"g": np.ones(2, np.float32), "b": np.ones(2, np.float32)}}
+    zero = {"wte": np.zeros((3, 2), np.float32), "wpe": np.zeros((2, 2), np.float32), "blocks": [],
+            "ln_f": {"g": np.zeros(2, np.float32), "b": np.zeros(2, np.float32)}}
+    train.adamw_step(params, zero, train.new_adamw_state(params), lr=0.1, weight_decay=0.5)
+    assert np.allclose(params["wte"], 0.95) and np.allclose(params["wpe"], 0.95)
+    assert np.all(params["ln_f"]["g"] == 1) and np.all(params["ln_f"]["b"] == 1)
+
+
+def test_clipping_by_the_global_norm():
+    grads = {"wte": np.full((2, 2), 3.0, np.float32), "wpe": np.zeros((1, 2), np.float32), "blocks": [],
+             "ln_f": {"g": np.full(1, 4.0, np.float32), "b": np.zeros(1, np.float32)}}
+    assert train.clip_grad_norm(grads, 100.0) == pytest.approx(math.sqrt(4 * 9 + 16))
+    assert grads["wte"][0, 0] == 3.0  # under the bound: untouched
+    train.clip_grad_norm(grads, 1.0)
+    assert math.sqrt(float((grads["wte"] ** 2).sum() + (grads["ln_f"]["g"] ** 2).sum())) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_warmup_then_cosine_decay():
+    lr = [train.learning_rate(s, 1.0, warmup=4, total=14, min_lr=0.1) for s in range(16)]
+    assert lr[:4] == [0.25, 0.5, 0.75, 1.0] and lr[4] == 1.0
+    assert lr[9] == pytest.approx(0.1 + 0.45 * (1 + math.cos(math.pi * 0.5)))
+    assert lr[14] == pytest.approx(0.1) and lr[15] == pytest.approx(0.1)
