@@ -459,10 +459,15 @@ def checkpoint_files(tensors):
     return table(entries), b"".join(data)
 
 
-def write_checkpoint(folder, params, hparams, vocab=None):
+def write_checkpoint(folder, params, hparams, vocab=None, extra=None):
     """Write params as OpenAI's files (checkpoint, hparams.json, model.ckpt.index and .data, and
-    encoder.json and vocab.bpe copied from the folder `vocab`), into a temporary folder that is
-    renamed to `folder` only when complete: a crash never leaves half a checkpoint."""
+    encoder.json and vocab.bpe copied from the folder `vocab`; extra: {file name: bytes} beside
+    them), into a temporary folder that is renamed to `folder` only when complete: a crash
+    never leaves half a checkpoint."""
+    if hparams.get("n_inner", 4 * hparams["n_embd"]) != 4 * hparams["n_embd"] or \
+            hparams.get("layer_norm_epsilon", 1e-5) != 1e-5:
+        raise CheckpointError("OpenAI's format has no n_inner or layer_norm_epsilon: this model cannot be written "
+                              "in it", path=folder)
     tensors = {f"model/{name}": a[None] if name.endswith("/w") else a for name, a in shapes.flatten(params).items()}
     index, data = checkpoint_files(tensors)
     parent = os.path.dirname(os.path.abspath(folder))
@@ -470,12 +475,14 @@ def write_checkpoint(folder, params, hparams, vocab=None):
     try:
         files = {"checkpoint": b'model_checkpoint_path: "model.ckpt"\nall_model_checkpoint_paths: "model.ckpt"\n',
                  "hparams.json": json.dumps({k: hparams[k] for k in shapes.HPARAM_KEYS}, indent=2).encode(),
-                 "model.ckpt.index": index, "model.ckpt" + DATA_SUFFIX: data}
+                 "model.ckpt.index": index, "model.ckpt" + DATA_SUFFIX: data, **(extra or {})}
         for name, content in files.items():
             with open(os.path.join(tmp, name), "wb") as f:
                 f.write(content)
-        for name in ("encoder.json", "vocab.bpe") if vocab else ():
-            shutil.copy(os.path.join(vocab, name), tmp)
+        for name, hf_name in (("encoder.json", "vocab.json"), ("vocab.bpe", "merges.txt")) if vocab else ():
+            # Hugging Face's vocab.json and merges.txt are the same two tables under other names
+            source = os.path.join(vocab, name if os.path.exists(os.path.join(vocab, name)) else hf_name)
+            shutil.copy(source, os.path.join(tmp, name))
         old = None
         if os.path.exists(folder):  # the last save steps aside only once the new one is whole
             old = tempfile.mkdtemp(dir=parent, prefix=".replaced-")

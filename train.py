@@ -17,12 +17,20 @@ backward here, with its derivative in one line and the shapes of its arrays:
 The training forward is gpt2() itself, run with a hook that keeps exactly the activations
 the backward reads (KEPT); nothing else of the forward pass is written again here.
 """
+import argparse
+import io
+import json
 import math
+import os
+import sys
+import time
 
 import numpy as np
 
 import gpt2_numpy as g
 import shapes
+from checkpoint import write_checkpoint
+from errors import UserError, fail
 
 KEPT = ("resid_pre", "ln_1", "attn.q", "attn.k", "attn.v", "attn.weights", "attn.z", "resid_mid", "ln_2",
         "mlp.c_fc", "mlp.gelu")  # per block; and the last block's output, ln_f's input
@@ -221,3 +229,224 @@ def learning_rate(step, max_lr, warmup, total, min_lr=0.0):
         return max_lr * (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (max_lr - min_lr)
+
+
+# ============================================================================
+# 5. The training loop and its command line
+# ============================================================================
+#   python train.py --model 124M --data notes.txt --out models/notes-124M --steps 200
+# then: python gpt2_numpy.py --model models/notes-124M "prompt"
+
+STATE_FILE = "train_state.npz"  # the optimizer's moments and the step count, beside the checkpoint (no pickle)
+
+
+def read_text(path):
+    """A .txt file, or every .txt file in a folder (sorted), as one text."""
+    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".txt")) if os.path.isdir(path) \
+        else [path]
+    if not files:
+        raise UserError("holds no .txt file", path=path)
+    texts = []
+    for f in files:
+        try:
+            with open(f, encoding="utf-8") as fh:
+                texts.append(fh.read())
+        except UnicodeDecodeError:
+            raise UserError("is not UTF-8 text", path=f) from None
+        except OSError as e:
+            raise UserError(e.strerror, path=f) from None
+    text = "\n\n".join(texts)
+    if not text.strip():
+        raise UserError("is empty", path=path)
+    return text
+
+
+def split_tokens(ids, context, val_fraction):
+    """-> (train ids, validation ids); each must hold at least one context plus its next token."""
+    ids = np.asarray(ids, dtype=np.int64)
+    n_val = int(len(ids) * val_fraction)
+    train_ids, val_ids = ids[:len(ids) - n_val], ids[len(ids) - n_val:]
+    if len(train_ids) < context + 1 or (val_fraction and len(val_ids) < context + 1):
+        raise UserError(f"the text has {len(ids):,} tokens: too short for a context of {context} in both the "
+                        f"training and the validation part (--context, --val-fraction)")
+    return train_ids, val_ids
+
+
+def batch(ids, batch_size, context, rng):
+    """batch_size random windows: inputs [B, T] and their next tokens [B, T]."""
+    starts = rng.integers(0, len(ids) - context, batch_size)
+    x = np.stack([ids[s:s + context] for s in starts])
+    return x, np.stack([ids[s + 1:s + context + 1] for s in starts])
+
+
+def memory_needed(hparams, batch_size, context):
+    """About 16 bytes a parameter (weights, gradients, two moments) plus the kept activations
+    and the logits with their gradient."""
+    import parameters
+    n = parameters.count_parameters(hparams, d_ff=hparams.get("n_inner"))["total"]
+    C, H, L, V = hparams["n_embd"], hparams["n_head"], hparams["n_layer"], hparams["n_vocab"]
+    per_token = 4 * (L * (16 * C + 2 * H * context) + 3 * V)
+    return 16 * n + batch_size * context * per_token
+
+
+def check_memory(hparams, args, free):
+    """Refuse, before anything is allocated, a run that cannot fit (1558M cannot, in 24 GB)."""
+    if args.context > hparams["n_ctx"]:
+        raise UserError(f"--context {args.context} is longer than the model's {hparams['n_ctx']} positions")
+    need = memory_needed(hparams, args.batch_size, args.context)
+    if free is not None and need > free:
+        raise UserError(f"fine-tuning this model at --batch-size {args.batch_size} --context {args.context} needs "
+                        f"about {need / 1e9:.1f} GB (16 bytes a parameter, plus activations), but {free / 1e9:.1f} GB "
+                        "are free: use a smaller model, batch or context")
+
+
+def accumulate(total, grads):
+    if total is None:
+        return grads
+    for name, a in shapes.flatten(grads).items():
+        shapes.flatten(total)[name] += a
+    return total
+
+
+def train(params, hparams, train_ids, val_ids, args, on_step=None):
+    """The loop: accumulate gradients, clip, AdamW with warm-up and cosine decay. -> the last loss."""
+    state = args.state or new_adamw_state(params)
+    loss = None
+    for step in range(state["step"], args.steps):
+        rng = np.random.default_rng([args.seed, step])  # the batches depend on the step only: resumable
+        total, loss = None, 0.0
+        for _ in range(args.accum):
+            x, y = batch(train_ids, args.batch_size, args.context, rng)
+            micro, grads = loss_and_grads(x, y, params, hparams["n_head"])
+            total, loss = accumulate(total, grads), loss + micro / args.accum
+        for a in shapes.flatten(total).values():
+            a /= args.accum
+        clip_grad_norm(total, args.grad_clip)
+        lr = learning_rate(step, args.lr, args.warmup, args.steps, args.lr * args.min_lr_ratio)
+        adamw_step(params, total, state, lr, weight_decay=args.weight_decay)
+        if on_step:
+            on_step(step + 1, loss, state)
+    return loss
+
+
+def validation_loss(params, hparams, val_ids, context, batches=4, batch_size=4):
+    rng = np.random.default_rng(0)  # the same windows every time, so the numbers compare
+    losses = [loss_and_grads(*batch(val_ids, batch_size, context, rng), params, hparams["n_head"])[0]
+              for _ in range(batches)]
+    return float(np.mean(losses))
+
+
+def save(folder, params, hparams, state, vocab, args):
+    moments = {f"m/{k}": a for k, a in state["m"].items()} | {f"v/{k}": a for k, a in state["v"].items()}
+    buf = io.BytesIO()
+    np.savez(buf, step=np.int64(state["step"]), **moments)
+    config = json.dumps({k: v for k, v in vars(args).items() if k != "state"}, indent=1).encode()
+    write_checkpoint(folder, params, hparams, vocab=vocab, extra={STATE_FILE: buf.getvalue(), "train_config.json": config})
+
+
+def load_state(folder, params):
+    with np.load(os.path.join(folder, STATE_FILE), allow_pickle=False) as z:
+        names = shapes.flatten(params)
+        return {"step": int(z["step"]), "m": {k: z[f"m/{k}"].copy() for k in names},
+                "v": {k: z[f"v/{k}"].copy() for k in names}}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on a text file.")
+    p.add_argument("--model", default="124M", help="124M, 355M, 774M, a model folder, or hf:owner/name")
+    p.add_argument("--data", required=True, help="a UTF-8 .txt file, or a folder of them")
+    p.add_argument("--out", required=True, help="the folder to write the fine-tuned model to")
+    p.add_argument("--models-dir", help="where model sizes are downloaded")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--context", type=int, default=256, help="tokens a training window holds")
+    p.add_argument("--accum", type=int, default=1, help="micro-batches a step accumulates (a larger batch in the "
+                                                        "same memory)")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--min-lr-ratio", type=float, default=0.1, help="the cosine decays to lr times this")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0, help="clip gradients to this global norm (0: never)")
+    p.add_argument("--val-fraction", type=float, default=0.1)
+    p.add_argument("--eval-every", type=int, default=50, help="print the validation loss every N steps")
+    p.add_argument("--sample-every", type=int, default=100, help="print a short sample every N steps")
+    p.add_argument("--save-every", type=int, default=100, help="save a checkpoint every N steps (and at the end)")
+    p.add_argument("--seed", type=int, default=0, help="the same seed gives the same run, bit for bit")
+    p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    p.add_argument("--quiet", action="store_true")
+    p.error = fail
+    args = p.parse_args(argv)
+    for name in ("steps", "batch_size", "context", "accum", "eval_every", "sample_every", "save_every"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= args.val_fraction < 1:
+        fail("--val-fraction must be in [0, 1)")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    args.state = None
+    try:
+        return run(args)
+    except UserError as e:
+        fail(str(e))
+
+
+def run(args):
+    import bpe
+    import download
+    import look_inside
+    from tqdm import tqdm
+
+    parent = os.path.dirname(os.path.abspath(args.out))
+    if not (os.path.isdir(parent) and os.access(parent, os.W_OK)) or (os.path.exists(args.out) and not args.resume):
+        raise UserError("cannot be written here (its folder must exist, and it must not, unless --resume)",
+                        path=args.out)
+    if args.model in shapes.SIZES and not args.resume:  # a released size: refuse before downloading it
+        check_memory(shapes.hparams(args.model), args, look_inside.available_memory())
+    text = read_text(args.data)
+    folder = args.out if args.resume else download.download_model(args.model, args.models_dir, quiet=args.quiet)
+    hparams, params = g.load_weights(folder)
+    check_memory(hparams, args, look_inside.available_memory())
+    encoder = bpe.get_encoder(folder)
+    train_ids, val_ids = split_tokens(encoder.encode(text), args.context, args.val_fraction)
+    params = trainable(params)
+    if args.resume:
+        args.state = load_state(folder, params)
+    start = (args.state or {"step": 0})["step"]
+    bar = tqdm(total=args.steps, initial=start, unit="step", disable=args.quiet)
+    clock = {"t": time.perf_counter(), "state": None}
+
+    def on_step(step, loss, state):
+        clock["state"] = state
+        rate = args.batch_size * args.accum * args.context / (time.perf_counter() - clock["t"])
+        clock["t"] = time.perf_counter()
+        bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:.0f}")
+        bar.update(1)
+        if step % args.eval_every == 0 and len(val_ids):
+            bar.write(f"step {step}: train loss {loss:.4f}, validation loss "
+                      f"{validation_loss(params, hparams, val_ids, args.context):.4f}")
+        if step % args.sample_every == 0:
+            ids = np.concatenate(list(g.generate([], params, hparams, 30, seed=args.seed, top_k=40)))
+            bar.write(f"step {step} sample: {encoder.decode(ids.tolist())!r}")
+        if step % args.save_every == 0 or step == args.steps:
+            save(args.out, params, hparams, state, folder, args)
+
+    try:
+        train(params, hparams, train_ids, val_ids, args, on_step)
+    except KeyboardInterrupt:
+        bar.close()
+        if clock["state"] is not None:
+            save(args.out, params, hparams, clock["state"], folder, args)
+            print(f"\ninterrupted: saved step {clock['state']['step']} in {args.out}; --resume continues",
+                  file=sys.stderr)
+        return 130
+    bar.close()
+    print(f"{args.out}: fine-tuned for {args.steps} steps; run it with python gpt2_numpy.py --model {args.out} "
+          "\"prompt\"")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

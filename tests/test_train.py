@@ -209,3 +209,104 @@ def test_warmup_then_cosine_decay():
     assert lr[:4] == [0.25, 0.5, 0.75, 1.0] and lr[4] == 1.0
     assert lr[9] == pytest.approx(0.1 + 0.45 * (1 + math.cos(math.pi * 0.5)))
     assert lr[14] == pytest.approx(0.1) and lr[15] == pytest.approx(0.1)
+
+
+# --- the command line ------------------------------------------------------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from conftest import ROOT, model_folder_copy  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    words = "the cat sat on a mat and the dog ran to the park while birds sang in tall green trees".split()
+    (folder / "notes.txt").write_text(" ".join(rng.choice(words, 2000)), encoding="utf-8")
+    return folder / "notes.txt"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return model_folder_copy("tiny", str(tmp_path_factory.mktemp("m") / "tiny"))
+
+
+def train_args(model, data, out, *more):
+    return ["--model", model, "--data", str(data), "--out", str(out), "--steps", "12", "--batch-size", "2",
+            "--context", "16", "--warmup", "3", "--lr", "3e-3", "--eval-every", "6", "--sample-every", "12",
+            "--save-every", "6", "--quiet", *more]
+
+
+def run_train(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_fine_tuning_end_to_end_then_generating_from_it(tiny_model, corpus, tmp_path):
+    out = tmp_path / "notes-tiny"
+    r = run_train(*train_args(tiny_model, corpus, out))
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if "validation loss" in line]
+    assert len(lines) == 2 and "step 12 sample:" in r.stdout
+    assert sorted(os.listdir(out)) == ["checkpoint", "encoder.json", "hparams.json", "model.ckpt.data-00000-of-00001",
+                                       "model.ckpt.index", "train_config.json", "train_state.npz", "vocab.bpe"]
+    g2 = subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), "--model", str(out), "the cat",
+                         "--n-tokens", "5", "--quiet"], capture_output=True, text=True)
+    assert g2.returncode == 0 and g2.stdout.startswith("the cat")
+    _, before = load_checkpoint(tiny_model)
+    _, after = load_checkpoint(str(out))
+    assert not np.array_equal(before["wte"], after["wte"])  # it trained
+
+
+def test_the_same_seed_gives_the_same_run_bit_for_bit(tiny_model, corpus, tmp_path):
+    for name in ("a", "b"):
+        assert run_train(*train_args(tiny_model, corpus, tmp_path / name)).returncode == 0
+    for f in ("model.ckpt.data-00000-of-00001", "train_state.npz"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+
+
+def test_ctrl_c_saves_and_resume_continues_the_same_run(tiny_model, corpus, tmp_path, monkeypatch):
+    straight = tmp_path / "straight"
+    train.main(train_args(tiny_model, corpus, straight))
+    calls = {"n": 0}
+    clip = train.clip_grad_norm
+
+    def interrupted_at_step_8(grads, max_norm):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return clip(grads, max_norm)
+
+    monkeypatch.setattr(train, "clip_grad_norm", interrupted_at_step_8)
+    stopped = tmp_path / "stopped"
+    assert train.main(train_args(tiny_model, corpus, stopped)) == 130
+    assert train.load_state(str(stopped), train.trainable(load_checkpoint(str(stopped))[1]))["step"] == 7
+    monkeypatch.setattr(train, "clip_grad_norm", clip)
+    assert train.main(train_args(tiny_model, corpus, stopped, "--resume")) == 0
+    for f in ("model.ckpt.data-00000-of-00001", "train_state.npz"):
+        assert (stopped / f).read_bytes() == (straight / f).read_bytes(), f
+
+
+def test_bad_input_is_one_line_and_nothing_is_written(tiny_model, tmp_path):
+    empty, latin, short = tmp_path / "empty.txt", tmp_path / "latin.txt", tmp_path / "short.txt"
+    empty.write_text("  \n")
+    latin.write_bytes("café".encode("latin-1"))
+    short.write_text("the cat sat")
+    (tmp_path / "a file").write_text("x")
+    for data, out, model, message in [
+            (empty, tmp_path / "o1", tiny_model, "is empty"),
+            (latin, tmp_path / "o2", tiny_model, "is not UTF-8 text"),
+            (short, tmp_path / "o3", tiny_model, "too short for a context of 16"),
+            (short, tmp_path / "a file" / "o4", tiny_model, "cannot be written here"),
+            (short, tmp_path / "o5", "1558M", "are free: use a smaller model, batch or context")]:
+        r = run_train(*train_args(model, data, out))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+        assert not os.path.exists(out)
+    assert sorted(os.listdir(tmp_path)) == ["a file", "empty.txt", "latin.txt", "short.txt"]
+
+
+def test_1558m_does_not_fit_in_24_gb():
+    need = train.memory_needed(shapes.hparams("1558M"), 1, 64)
+    assert need > 24e9 and train.memory_needed(shapes.hparams("124M"), 4, 64) < 2.5e9
