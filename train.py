@@ -43,8 +43,9 @@ KEPT = ("resid_pre", "ln_1", "attn.q", "attn.k", "attn.v", "attn.weights", "attn
 def gelu_backward(x, dy):
     """d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t²) √(2/π) (1 + 3·0.044715 x²),  t = tanh(√(2/π)(x + 0.044715 x³))
     x, dy [...] -> dx [...]"""
-    t = np.tanh(g.SQRT_2_OVER_PI * (x + g.GELU_CUBIC * x ** 3))
-    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * g.SQRT_2_OVER_PI * (1.0 + 3.0 * g.GELU_CUBIC * x * x))
+    x2 = x * x  # (x ** 3 would be ~30x slower: NumPy's float32 power is a general pow)
+    t = np.tanh(g.SQRT_2_OVER_PI * x * (1.0 + g.GELU_CUBIC * x2))
+    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * g.SQRT_2_OVER_PI * (1.0 + 3.0 * g.GELU_CUBIC * x2))
 
 
 def softmax_backward(y, dy):
