@@ -62,6 +62,11 @@ EXERCISES = {
     15: ("ablating a head", [("look_inside.py", "zero_ablate_head"), ("look_inside.py", "loss")],
          ["test_ablating_one_head_changes_only_its_share_of_the_attention_output",
           "test_ablating_a_head_changes_the_loss_and_the_plain_loss_is_scores"]),
+    16: ("LayerNorm's backward", [("train.py", "layer_norm_backward")], ["test_layer_norm_backward_by_finite_differences"]),
+    17: ("attention's backward", [("train.py", "softmax_backward"), ("train.py", "attention_backward")],
+         ["test_softmax_backward_by_finite_differences", "test_attention_backward_with_its_mask_by_finite_differences"]),
+    18: ("the tied wte", [("train.py", "loss_and_grads")],
+         ["test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits", "test_every_gradient_matches_torch"]),
 }
 
 SKIP = shutil.ignore_patterns(".git", "models", "out", "__pycache__", ".pytest_cache", "*.part")
