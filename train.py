@@ -169,9 +169,13 @@ def loss_and_grads(ids, targets, params, n_head):
 # ============================================================================
 
 def trainable(params):
-    """A writable float32 copy of params (the loaded ones are read-only views into the file)."""
-    return shapes.nest({k: np.array(a, dtype=np.float32) for k, a in shapes.flatten(params).items()},
-                       len(params["blocks"]))
+    """A writable float32 copy of params (the loaded ones are read-only views into the file);
+    anything that is not an array (a layer norm's eps) is kept as it is."""
+    if isinstance(params, dict):
+        return {k: trainable(v) for k, v in params.items()}
+    if isinstance(params, list):
+        return [trainable(v) for v in params]
+    return np.array(params, dtype=np.float32) if hasattr(params, "shape") else params
 
 
 def decays(name):

@@ -185,6 +185,15 @@ def test_ten_adamw_steps_give_torchs_losses(models, case, name):
     assert losses[-1] < losses[0] - 0.1  # it learns
 
 
+def test_a_trainable_copy_is_writable_and_keeps_each_layer_norms_eps():
+    import hf_model
+    _, params, _ = hf_model.load_hf_folder(os.path.join(DATA, "hf", "inner"))
+    copy = train.trainable(params)
+    assert copy["ln_f"]["eps"] == 1e-3 and copy["blocks"][2]["ln_2"]["eps"] == 1e-3
+    assert copy["wte"].flags.writeable and not np.shares_memory(copy["wte"], params["wte"])
+    assert np.array_equal(copy["wte"], params["wte"])
+
+
 def test_adamw_decays_matrices_and_embeddings_only():
     params = {"wte": np.ones((3, 2), np.float32), "wpe": np.ones((2, 2), np.float32), "blocks": [],
               "ln_f": {"g": np.ones(2, np.float32), "b": np.ones(2, np.float32)}}
