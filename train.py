@@ -18,6 +18,7 @@ The training forward is gpt2() itself, run with a hook that keeps exactly the ac
 the backward reads (KEPT); nothing else of the forward pass is written again here.
 """
 import argparse
+import concurrent.futures
 import io
 import json
 import math
@@ -199,33 +200,70 @@ def clip_grad_norm(grads, max_norm):
     return norm
 
 
-def adamw_step(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
-    """One AdamW step, in place:  p ← p (1 - lr·λ) - lr · m̂ / (√v̂ + ε),
+def adamw_update(p, grad, m, v, tmp, lr, decay, beta1, beta2, eps, correction1, correction2):
+    """AdamW on arrays of one shape, in place:  p ← p (1 - lr·λ) - lr · m̂ / (√v̂ + ε),
     m ← β1 m + (1 - β1) g,  v ← β2 v + (1 - β2) g²,  m̂ = m / (1 - β1ᵗ),  v̂ = v / (1 - β2ᵗ).
-    Only one temporary, the size of the largest tensor, is made."""
+    tmp: scratch of the same shape; decay: lr·λ, or 0 for biases and gains."""
+    if decay:
+        p *= 1.0 - decay
+    m *= beta1
+    np.multiply(grad, 1.0 - beta1, out=tmp)
+    m += tmp
+    v *= beta2
+    np.multiply(grad, grad, out=tmp)
+    tmp *= 1.0 - beta2
+    v += tmp
+    np.sqrt(v, out=tmp)
+    tmp *= 1.0 / math.sqrt(correction2)
+    tmp += eps
+    np.divide(m, tmp, out=tmp)
+    tmp *= lr / correction1
+    p -= tmp
+
+
+def adamw_pieces(params, grads, state, lr, beta1, beta2, eps, weight_decay):
+    """Each tensor's arrays and its settings, for one step (the step count goes up by one)."""
     state["step"] += 1
     t = state["step"]
-    correction1, correction2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
-    flat_p, flat_g = shapes.flatten(params), shapes.flatten(grads)
-    scratch = np.empty(max(a.size for a in flat_p.values()), np.float32)
-    for name, p in flat_p.items():
-        grad, m, v = flat_g[name], state["m"][name], state["v"][name]
-        tmp = scratch[:p.size].reshape(p.shape)
-        if weight_decay and decays(name):
-            p *= 1.0 - lr * weight_decay
-        m *= beta1
-        np.multiply(grad, 1.0 - beta1, out=tmp)
-        m += tmp
-        v *= beta2
-        np.multiply(grad, grad, out=tmp)
-        tmp *= 1.0 - beta2
-        v += tmp
-        np.sqrt(v, out=tmp)
-        tmp *= 1.0 / math.sqrt(correction2)
-        tmp += eps
-        np.divide(m, tmp, out=tmp)
-        tmp *= lr / correction1
-        p -= tmp
+    flat_g = shapes.flatten(grads)
+    for name, p in shapes.flatten(params).items():
+        decay = lr * weight_decay if decays(name) else 0.0
+        yield (p, flat_g[name], state["m"][name], state["v"][name],
+               (lr, decay, beta1, beta2, eps, 1.0 - beta1 ** t, 1.0 - beta2 ** t))
+
+
+def adamw_step(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
+    """One AdamW step over every tensor, in place (weight decay on matrices and embeddings only).
+    Only one temporary, the size of the largest tensor, is made."""
+    scratch = None
+    for p, grad, m, v, settings in adamw_pieces(params, grads, state, lr, beta1, beta2, eps, weight_decay):
+        if scratch is None or scratch.size < p.size:
+            scratch = np.empty(p.size, np.float32)
+        adamw_update(p, grad, m, v, scratch[:p.size].reshape(p.shape), *settings)
+
+
+CHUNK = 1 << 16  # floats: a chunk's p, g, m, v and scratch stay in the CPU's cache (5 x 256 KiB)
+
+
+def adamw_step_fast(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
+    """adamw_step, the same arithmetic on the same numbers (a test holds them bit-identical), for
+    the hot path: each tensor is cut into chunks that fit in the cache, so that the update's
+    eleven operations read memory once instead of eleven times, and the chunks are shared
+    among the cores (NumPy lets go of the GIL inside each operation)."""
+    jobs = []
+    for p, grad, m, v, settings in adamw_pieces(params, grads, state, lr, beta1, beta2, eps, weight_decay):
+        p, grad, m, v = (a.reshape(-1) for a in (p, grad, m, v))  # views: every array is contiguous
+        jobs += [(p[i:i + CHUNK], grad[i:i + CHUNK], m[i:i + CHUNK], v[i:i + CHUNK], settings)
+                 for i in range(0, p.size, CHUNK)]
+
+    def work(share):
+        tmp = np.empty(CHUNK, np.float32)
+        for p, grad, m, v, settings in share:
+            adamw_update(p, grad, m, v, tmp[:p.size], *settings)
+
+    workers = os.cpu_count() or 1
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        list(pool.map(work, [jobs[i::workers] for i in range(workers)]))
 
 
 def learning_rate(step, max_lr, warmup, total, min_lr=0.0):
@@ -328,7 +366,7 @@ def train(params, hparams, train_ids, val_ids, args, on_step=None):
             a /= args.accum
         clip_grad_norm(total, args.grad_clip)
         lr = learning_rate(step, args.lr, args.warmup, args.steps, args.lr * args.min_lr_ratio)
-        adamw_step(params, total, state, lr, weight_decay=args.weight_decay)
+        adamw_step_fast(params, total, state, lr, weight_decay=args.weight_decay)
         if on_step:
             on_step(step + 1, loss, state)
     return loss

@@ -41,7 +41,7 @@ def main():
         _, grads = train.loss_and_grads(x, y, params, hp["n_head"])
         t1 = time.perf_counter()
         train.clip_grad_norm(grads, 1.0)
-        train.adamw_step(params, grads, state, 1e-4, weight_decay=0.1)
+        train.adamw_step_fast(params, grads, state, 1e-4, weight_decay=0.1)
         t2 = time.perf_counter()
         times["forward and backward"].append(t1 - t0)
         times["AdamW"].append(t2 - t1)

@@ -194,6 +194,20 @@ def test_a_trainable_copy_is_writable_and_keeps_each_layer_norms_eps():
     assert np.array_equal(copy["wte"], params["wte"])
 
 
+def test_the_fast_adamw_is_the_plain_one_bit_for_bit(models, monkeypatch):
+    monkeypatch.setattr(train, "CHUNK", 1000)  # many chunks, some cut short, even on the small model
+    hp, params = models["odd"]
+    a, b = train.trainable(params), train.trainable(params)
+    sa, sb = train.new_adamw_state(a), train.new_adamw_state(b)
+    for step in range(3):
+        _, grads = train.loss_and_grads(GOLDEN["odd/ids"], GOLDEN["odd/targets"], a, hp["n_head"])
+        train.adamw_step(a, grads, sa, 1e-3, weight_decay=0.1)
+        train.adamw_step_fast(b, grads, sb, 1e-3, weight_decay=0.1)
+    fa, fb = shapes.flatten(a), shapes.flatten(b)
+    assert all(np.array_equal(fa[k], fb[k]) and np.array_equal(sa["m"][k], sb["m"][k]) and
+               np.array_equal(sa["v"][k], sb["v"][k]) for k in fa) and sa["step"] == sb["step"] == 3
+
+
 def test_adamw_decays_matrices_and_embeddings_only():
     params = {"wte": np.ones((3, 2), np.float32), "wpe": np.ones((2, 2), np.float32), "blocks": [],
               "ln_f": {"g": np.ones(2, np.float32), "b": np.ones(2, np.float32)}}
