@@ -143,10 +143,11 @@ def model_hook(hooks):
         raise UserError(f"the hook for {unknown[0]!r} is not a function", arg="hooks")
 
     def hook(name, x):
-        fn = hooks.get(lens_name(name))
+        tl = lens_name(name)
+        fn = hooks.get(tl)
         if fn is None:
             return x
-        out = fn(shown(name, x), lens_name(name))
+        out = fn(shown(name, x), tl)
         return x if out is None else taken_back(name, out)
 
     return hook

@@ -124,20 +124,28 @@ def block_backward(kept, ln_1, attn, ln_2, mlp, n_head, dy):
 
 
 def training_forward(ids, params, n_head):
-    """gpt2() with a hook that keeps what the backward needs. -> (logits [B, T, V], kept per block, ln_f's input)"""
-    blocks = [{} for _ in params["blocks"]]
-    last = {}
+    """gpt2() with a hook that keeps what the backward needs.
+    -> (logits [B, T, V], kept per block, {"x": ln_f's input, "ln_f": its output})"""
+    blocks, top = [{} for _ in params["blocks"]], {}
 
     def keep(name, x):
         block, _, stage = name.partition(".")
-        if block[0] == "h" and block[1:].isdigit():
+        if block == "ln_f":
+            top["ln_f"] = x
+        elif block[0] == "h" and block[1:].isdigit():
             if stage in KEPT:
                 blocks[int(block[1:])][stage] = x
             if stage == "resid_post" and int(block[1:]) == len(blocks) - 1:
-                last["x"] = x
+                top["x"] = x
         return x
 
-    return g.gpt2(ids, params, n_head, hook=keep), blocks, last["x"]
+    return g.gpt2(ids, params, n_head, hook=keep), blocks, top
+
+
+def cross_entropy(logits, targets):
+    """-mean log softmax(logits)[target], and log softmax(logits).   logits [B, T, V], targets [B, T]"""
+    logprobs = g.log_softmax(logits)
+    return float(-np.take_along_axis(logprobs, targets[..., None], -1).mean()), logprobs
 
 
 def loss_and_grads(ids, targets, params, n_head):
@@ -145,16 +153,16 @@ def loss_and_grads(ids, targets, params, n_head):
     loss = -mean log softmax(logits)[target];  d loss / d logits = (softmax(logits) - onehot) / (B·T)
     The head is wte again, so wte's gradient adds two parts: the logits' (dlogitsᵀ x) and the gather's."""
     ids, targets = np.asarray(ids), np.asarray(targets)
-    logits, kept, x_last = training_forward(ids, params, n_head)
+    logits, kept, top = training_forward(ids, params, n_head)
     B, T, V = logits.shape
-    logprobs = g.log_softmax(logits)
-    loss = float(-np.take_along_axis(logprobs, targets[..., None], -1).mean())
+    loss, logprobs = cross_entropy(logits, targets)
     dlogits = np.exp(logprobs)
     np.put_along_axis(dlogits, targets[..., None], np.take_along_axis(dlogits, targets[..., None], -1) - 1.0, -1)
     dlogits /= B * T
-    xf = g.layer_norm(x_last, **params["ln_f"])
+    xf = top["ln_f"]  # [B, T, C]
     dwte = dlogits.reshape(-1, V).T @ xf.reshape(-1, xf.shape[-1])  # [V, C]: the tied head's part
-    dx, dgf, dbf = layer_norm_backward(x_last, params["ln_f"]["g"], dlogits @ params["wte"], params["ln_f"].get("eps", 1e-5))
+    dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], dlogits @ params["wte"],
+                                       params["ln_f"].get("eps", 1e-5))
     grads = {"ln_f": {"g": dgf, "b": dbf}, "blocks": [None] * len(params["blocks"])}
     for i in reversed(range(len(params["blocks"]))):
         dx, grads["blocks"][i] = block_backward(kept[i], **params["blocks"][i], n_head=n_head, dy=dx)
@@ -344,14 +352,16 @@ def check_memory(hparams, args, free):
 
 
 def accumulate(total, grads):
+    """total += grads, tensor by tensor (the first micro-batch's grads become the total)."""
     if total is None:
         return grads
+    into = shapes.flatten(total)
     for name, a in shapes.flatten(grads).items():
-        shapes.flatten(total)[name] += a
+        into[name] += a
     return total
 
 
-def train(params, hparams, train_ids, val_ids, args, on_step=None):
+def train(params, hparams, train_ids, args, on_step=None):
     """The loop: accumulate gradients, clip, AdamW with warm-up and cosine decay. -> the last loss."""
     state = args.state or new_adamw_state(params)
     loss = None
@@ -373,9 +383,12 @@ def train(params, hparams, train_ids, val_ids, args, on_step=None):
 
 
 def validation_loss(params, hparams, val_ids, context, batches=4, batch_size=4):
+    """The loss on held-out windows: the forward pass only."""
     rng = np.random.default_rng(0)  # the same windows every time, so the numbers compare
-    losses = [loss_and_grads(*batch(val_ids, batch_size, context, rng), params, hparams["n_head"])[0]
-              for _ in range(batches)]
+    losses = []
+    for _ in range(batches):
+        x, y = batch(val_ids, batch_size, context, rng)
+        losses.append(cross_entropy(g.gpt2(x, params, hparams["n_head"]), y)[0])
     return float(np.mean(losses))
 
 
@@ -477,7 +490,7 @@ def run(args):
             save(args.out, params, hparams, state, folder, args)
 
     try:
-        train(params, hparams, train_ids, val_ids, args, on_step)
+        train(params, hparams, train_ids, args, on_step)
     except KeyboardInterrupt:
         bar.close()
         if clock["state"] is not None:

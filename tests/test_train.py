@@ -146,10 +146,10 @@ def test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits(mode
     hp, params = models["odd"]
     ids, targets = GOLDEN["odd/ids"], GOLDEN["odd/targets"]
     _, grads = train.loss_and_grads(ids, targets, params, hp["n_head"])
-    logits, kept, x_last = train.training_forward(ids, params, hp["n_head"])
+    logits, kept, top = train.training_forward(ids, params, hp["n_head"])
     probs = g.softmax(logits)
     np.put_along_axis(probs, targets[..., None], np.take_along_axis(probs, targets[..., None], -1) - 1, -1)
-    head_only = (probs / ids.size).reshape(-1, 96).T @ g.layer_norm(x_last, **params["ln_f"]).reshape(-1, 48)
+    head_only = (probs / ids.size).reshape(-1, 96).T @ g.layer_norm(top["x"], **params["ln_f"]).reshape(-1, 48)
     untouched = np.setdiff1d(np.arange(96), ids)
     np.testing.assert_allclose(grads["wte"][untouched], head_only[untouched], rtol=1e-5, atol=1e-7)
     touched = np.unique(ids)
@@ -159,9 +159,10 @@ def test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits(mode
 def test_the_training_forward_is_the_model(models):
     hp, params = models["odd"]
     ids = GOLDEN["odd/ids"]
-    logits, kept, _ = train.training_forward(ids, params, hp["n_head"])
+    logits, kept, top = train.training_forward(ids, params, hp["n_head"])
     assert np.abs(logits - g.gpt2(ids, params, hp["n_head"])).max() <= 1e-6
     assert sorted(kept[0]) == sorted(train.KEPT)
+    np.testing.assert_array_equal(top["ln_f"], g.layer_norm(top["x"], **params["ln_f"]))
 
 
 # --- the optimizer ---------------------------------------------------------------------------
