@@ -78,7 +78,11 @@ def test_greedy_continuation_matches_hugging_face(models, case):
 def test_a_1d_input_gives_2d_logits(models):
     hp, params = models["odd"]
     ids = GOLDEN["odd_batch/ids"]
-    np.testing.assert_array_equal(g.gpt2(ids[1], params, hp["n_head"]), g.gpt2(ids, params, hp["n_head"])[1])
+    one = g.gpt2(ids[1], params, hp["n_head"])
+    assert one.shape == (ids.shape[1], hp["n_vocab"])
+    # Equal up to rounding, not bit for bit: the batch is one matrix product over all its rows,
+    # and BLAS may sum a product's terms in another order for another number of rows.
+    np.testing.assert_allclose(one, g.gpt2(ids, params, hp["n_head"])[1], rtol=1e-5, atol=1e-5)
 
 
 def test_last_only_gives_the_last_position(models):

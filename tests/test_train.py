@@ -1,5 +1,6 @@
 """train.py: each block's backward against float64 finite differences, then every parameter's
 gradient against torch autograd on GPT2LMHeadModel (tests/data/grad_golden.npz)."""
+import json
 import math
 import os
 
@@ -47,6 +48,36 @@ def test_gelu_backward_by_finite_differences():
     check(train.gelu_backward(x, w), lambda: (g.gelu(x) * w).sum(), x, "gelu_backward")
 
 
+def test_gelu_backward_no_temporaries_is_gelu_backward():
+    x = np.random.default_rng(1).standard_normal((4, 7, 30), dtype=np.float32) * 3
+    dy = np.random.default_rng(2).standard_normal((4, 7, 30), dtype=np.float32)
+    fast = train.gelu_backward_no_temporaries(x, dy)
+    assert fast.dtype == np.float32
+    np.testing.assert_allclose(fast, train.gelu_backward(x, dy), rtol=1e-5, atol=1e-6)
+
+
+def test_in_chunks_on_all_the_cores_is_the_same_elementwise_function(monkeypatch):
+    monkeypatch.setattr(train, "CHUNK", 100)  # 840 elements: nine chunks, the last cut short
+    x = np.random.default_rng(3).standard_normal((4, 7, 30), dtype=np.float32)
+    dy = np.random.default_rng(4).standard_normal((4, 7, 30), dtype=np.float32)
+    got = train.in_chunks(train.gelu_backward_no_temporaries, x, dy)
+    assert got.shape == x.shape and np.array_equal(got, train.gelu_backward_no_temporaries(x, dy))
+
+
+def test_dropout_keeps_the_mean_and_zeroes_about_p():
+    y, keep = train.dropout(np.ones(200_000, np.float32), 0.1, np.random.default_rng(0))
+    assert y.dtype == np.float32 and abs(keep.mean() - 0.9) < 0.005
+    assert set(np.unique(y).tolist()) == {0.0, np.float32(1 / 0.9)} and abs(y.mean() - 1) < 0.01
+
+
+def test_dropout_backward_by_finite_differences():
+    x, w = r64(3, 8, seed=40), r64(3, 8, seed=41)
+    _, keep = train.dropout(x, 0.3, np.random.default_rng(42))
+    f = lambda: (train.dropout(x, 0.3, np.random.default_rng(42))[0] * w).sum()  # noqa: E731
+    assert 0 < keep.sum() < keep.size
+    check(train.dropout_backward(keep, 0.3, w), f, x, "dropout_backward")
+
+
 def test_softmax_backward_by_finite_differences():
     x, w = r64(3, 7, seed=3), r64(3, 7, seed=4)
     check(train.softmax_backward(g.softmax(x), w), lambda: (g.softmax(x) * w).sum(), x, "softmax_backward")
@@ -76,6 +107,16 @@ def test_attention_backward_with_its_mask_by_finite_differences():
     assert np.all(np.triu(weights[0, 0], 1) == 0)  # the mask: no weight on the future
     dq, dk, dv = train.attention_backward(q, k, v, weights, dz)
     f = lambda: (g.attention(q, k, v) * dz).sum()  # noqa: E731
+    check(dq, f, q, "dq")
+    check(dk, f, k, "dk")
+    check(dv, f, v, "dv")
+
+
+def test_attention_backward_with_dropped_weights_by_finite_differences():
+    q, k, v, dz = (r64(1, 2, 5, 3, seed=s) for s in (43, 44, 45, 46))
+    keep = np.random.default_rng(47).random((1, 2, 5, 5)) >= 0.3
+    dq, dk, dv = train.attention_backward(q, k, v, g.attention_weights(q, k), dz, keep, 0.3)
+    f = lambda: ((g.attention_weights(q, k) * keep / 0.7) @ v * dz).sum()  # noqa: E731
     check(dq, f, q, "dq")
     check(dk, f, k, "dk")
     check(dv, f, v, "dv")
@@ -146,8 +187,8 @@ def test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits(mode
     hp, params = models["odd"]
     ids, targets = GOLDEN["odd/ids"], GOLDEN["odd/targets"]
     _, grads = train.loss_and_grads(ids, targets, params, hp["n_head"])
-    logits, kept, top = train.training_forward(ids, params, hp["n_head"])
-    probs = g.softmax(logits)
+    kept, top = train.training_forward(ids, params, hp["n_head"])
+    probs = g.softmax(top["ln_f"] @ params["wte"].T)
     np.put_along_axis(probs, targets[..., None], np.take_along_axis(probs, targets[..., None], -1) - 1, -1)
     head_only = (probs / ids.size).reshape(-1, 96).T @ g.layer_norm(top["x"], **params["ln_f"]).reshape(-1, 48)
     untouched = np.setdiff1d(np.arange(96), ids)
@@ -156,11 +197,75 @@ def test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits(mode
     assert np.abs(grads["wte"][touched] - head_only[touched]).max() > 1e-4  # the gather adds to these rows
 
 
+def as_float64(params):
+    if isinstance(params, dict):
+        return {k: as_float64(v) for k, v in params.items()}
+    if isinstance(params, list):
+        return [as_float64(v) for v in params]
+    return np.array(params, np.float64) if hasattr(params, "shape") else params
+
+
+def test_the_model_with_dropout_by_finite_differences(models):
+    """Every dropout site (the embeddings, the attention weights, both branches) in the backward:
+    the same seed gives the same masks, so the loss is a function of the weights alone."""
+    hp, params = models["odd"]
+    params = as_float64(params)
+    ids, targets = GOLDEN["odd/ids"][:, :6], GOLDEN["odd/targets"][:, :6]
+
+    def loss():
+        return train.loss_and_grads(ids, targets, params, hp["n_head"], 0.2, np.random.default_rng(3))[0]
+
+    assert abs(loss() - train.loss_and_grads(ids, targets, params, hp["n_head"])[0]) > 1e-3  # it drops something
+    _, grads = train.loss_and_grads(ids, targets, params, hp["n_head"], 0.2, np.random.default_rng(3))
+    flat, flat_grads = shapes.flatten(params), shapes.flatten(grads)
+    rng = np.random.default_rng(4)
+    for name in ("wte", "wpe", "h0/ln_1/g", "h0/attn/c_attn/w", "h1/attn/c_proj/b", "h2/mlp/c_fc/w",
+                 "h2/mlp/c_proj/w", "ln_f/b"):
+        x = flat[name]
+        for i in [tuple(rng.integers(0, n) for n in x.shape) for _ in range(4)] + [np.unravel_index(
+                np.abs(flat_grads[name]).argmax(), x.shape)]:
+            old = x[i]
+            x[i] = old + 1e-6
+            up = loss()
+            x[i] = old - 1e-6
+            down = loss()
+            x[i] = old
+            numeric = (up - down) / 2e-6
+            assert abs(flat_grads[name][i] - numeric) <= 1e-6 * max(1.0, abs(numeric)), (name, i)
+
+
+def test_cross_entropy_in_place_is_the_plain_loss_and_backward(monkeypatch):
+    monkeypatch.setattr(train, "ROWS", 4)  # chunks cut short, shared among the cores
+    rng = np.random.default_rng(5)
+    logits = rng.standard_normal((3, 7, 50), dtype=np.float32) * 4
+    targets = rng.integers(0, 50, (3, 7))
+    want_loss, _ = train.cross_entropy(logits, targets)
+    want = train.cross_entropy_backward(logits, targets)
+    work = logits.reshape(-1, 50).copy()
+    loss = train.cross_entropy_in_place(work, targets.reshape(-1))
+    assert loss == pytest.approx(want_loss, rel=1e-6)
+    np.testing.assert_allclose(work.reshape(want.shape), want, rtol=1e-5, atol=1e-8)
+
+
+def test_reused_buffers_give_the_same_gradients_and_accumulation_copies_them(models):
+    hp, params = models["odd"]
+    ids, targets = GOLDEN["odd/ids"], GOLDEN["odd/targets"]
+    buffers = {}
+    train.loss_and_grads(ids[::-1], targets[::-1], params, hp["n_head"], buffers=buffers)  # fills the buffers
+    loss, grads = train.loss_and_grads(ids, targets, params, hp["n_head"], buffers=buffers)
+    assert np.shares_memory(grads["wte"], buffers["dwte"])
+    fresh_loss, fresh = train.loss_and_grads(ids, targets, params, hp["n_head"])
+    assert loss == fresh_loss
+    assert all(np.array_equal(a, shapes.flatten(fresh)[k]) for k, a in shapes.flatten(grads).items())
+    total = train.accumulate(None, grads)
+    assert not np.shares_memory(total["wte"], grads["wte"]) and np.array_equal(total["wte"], grads["wte"])
+
+
 def test_the_training_forward_is_the_model(models):
     hp, params = models["odd"]
     ids = GOLDEN["odd/ids"]
-    logits, kept, top = train.training_forward(ids, params, hp["n_head"])
-    assert np.abs(logits - g.gpt2(ids, params, hp["n_head"])).max() <= 1e-6
+    kept, top = train.training_forward(ids, params, hp["n_head"])
+    assert np.abs(top["ln_f"] @ params["wte"].T - g.gpt2(ids, params, hp["n_head"])).max() <= 1e-5
     assert sorted(kept[0]) == sorted(train.KEPT)
     np.testing.assert_array_equal(top["ln_f"], g.layer_norm(top["x"], **params["ln_f"]))
 
@@ -207,6 +312,21 @@ def test_the_fast_adamw_is_the_plain_one_bit_for_bit(models, monkeypatch):
     fa, fb = shapes.flatten(a), shapes.flatten(b)
     assert all(np.array_equal(fa[k], fb[k]) and np.array_equal(sa["m"][k], sb["m"][k]) and
                np.array_equal(sa["v"][k], sb["v"][k]) for k in fa) and sa["step"] == sb["step"] == 3
+
+
+def test_clipping_folded_into_the_fast_adamw_is_clip_then_adamw_bit_for_bit(models, monkeypatch):
+    monkeypatch.setattr(train, "CHUNK", 1000)
+    hp, params = models["odd"]
+    a, b = train.trainable(params), train.trainable(params)
+    sa, sb = train.new_adamw_state(a), train.new_adamw_state(b)
+    _, grads = train.loss_and_grads(GOLDEN["odd/ids"], GOLDEN["odd/targets"], a, hp["n_head"])
+    scale = train.clip_scale(train.grad_norm(grads), 0.1)
+    assert scale < 0.5  # it clips
+    train.adamw_step_fast(b, grads, sb, 1e-3, weight_decay=0.1, grad_scale=scale)
+    train.clip_grad_norm(grads, 0.1)
+    train.adamw_step(a, grads, sa, 1e-3, weight_decay=0.1)
+    fa, fb = shapes.flatten(a), shapes.flatten(b)
+    assert all(np.array_equal(fa[k], fb[k]) and np.array_equal(sa["v"][k], sb["v"][k]) for k in fa)
 
 
 def test_adamw_decays_matrices_and_embeddings_only():
@@ -284,30 +404,42 @@ def test_fine_tuning_end_to_end_then_generating_from_it(tiny_model, corpus, tmp_
     assert not np.array_equal(before["wte"], after["wte"])  # it trained
 
 
-def test_the_same_seed_gives_the_same_run_bit_for_bit(tiny_model, corpus, tmp_path):
+@pytest.mark.parametrize("dropout", ["0", "0.1"])
+def test_the_same_seed_gives_the_same_run_bit_for_bit(tiny_model, corpus, tmp_path, dropout):
     for name in ("a", "b"):
-        assert run_train(*train_args(tiny_model, corpus, tmp_path / name)).returncode == 0
+        assert run_train(*train_args(tiny_model, corpus, tmp_path / name, "--dropout", dropout)).returncode == 0
     for f in ("model.ckpt.data-00000-of-00001", "train_state.npz"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+    config = json.loads((tmp_path / "a" / "train_config.json").read_text())
+    assert config["dropout"] == float(dropout)
+
+
+def test_bad_flags_are_one_line(tiny_model, corpus, tmp_path):
+    for flag, message in [(("--dropout", "1"), "--dropout must be in [0, 1)"),
+                          (("--val-fraction", "-0.1"), "--val-fraction must be in [0, 1)"),
+                          (("--accum", "0"), "--accum must be at least 1")]:
+        r = run_train(*train_args(tiny_model, corpus, tmp_path / "o", *flag))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+        assert not os.path.exists(tmp_path / "o")
 
 
 def test_ctrl_c_saves_and_resume_continues_the_same_run(tiny_model, corpus, tmp_path, monkeypatch):
     straight = tmp_path / "straight"
     train.main(train_args(tiny_model, corpus, straight))
     calls = {"n": 0}
-    clip = train.clip_grad_norm
+    norm = train.grad_norm
 
-    def interrupted_at_step_8(grads, max_norm):
+    def interrupted_at_step_8(grads):
         calls["n"] += 1
         if calls["n"] == 8:
             raise KeyboardInterrupt
-        return clip(grads, max_norm)
+        return norm(grads)
 
-    monkeypatch.setattr(train, "clip_grad_norm", interrupted_at_step_8)
+    monkeypatch.setattr(train, "grad_norm", interrupted_at_step_8)
     stopped = tmp_path / "stopped"
     assert train.main(train_args(tiny_model, corpus, stopped)) == 130
     assert train.load_state(str(stopped), train.trainable(load_checkpoint(str(stopped))[1]))["step"] == 7
-    monkeypatch.setattr(train, "clip_grad_norm", clip)
+    monkeypatch.setattr(train, "grad_norm", norm)
     assert train.main(train_args(tiny_model, corpus, stopped, "--resume")) == 0
     for f in ("model.ckpt.data-00000-of-00001", "train_state.npz"):
         assert (stopped / f).read_bytes() == (straight / f).read_bytes(), f
