@@ -89,7 +89,8 @@ def dropout(x, p, rng):
 
 
 def dropout_backward(keep, p, dy):
-    """y = x · keep / (1 - p):  dx = dy · keep / (1 - p).   With no mask (no dropout), dx = dy."""
+    """y = x · keep / (1 - p):  dx = dy · keep / (1 - p).   keep, dy [...] -> dx [...]
+    With no mask (no dropout there), dx = dy."""
     if keep is None:
         return dy
     dx = dy * keep
@@ -143,7 +144,7 @@ def attention_backward(q, k, v, weights, dz, keep=None, p=0.0):
     scale = 1.0 / math.sqrt(q.shape[-1])
     used = weights if keep is None else dropout_backward(keep, p, weights)  # the same mask and scale
     dv = used.swapaxes(-1, -2) @ dz
-    dscores = softmax_backward(weights, dropout_backward(keep, p, dz @ v.swapaxes(-1, -2)))
+    dscores = in_chunks(softmax_backward, weights, dropout_backward(keep, p, dz @ v.swapaxes(-1, -2)))
     return dscores @ k * scale, dscores.swapaxes(-1, -2) @ q * scale, dv
 
 
@@ -295,18 +296,21 @@ def shared_among_cores(work, jobs):
         return list(pool.map(work, [jobs[i::workers] for i in range(workers)]))
 
 
-def in_chunks(elementwise, *arrays):
-    """elementwise(*arrays), for arrays of one shape, computed CHUNK elements at a time on all
-    the cores: each chunk's temporaries stay in the cache (on [256, 3072] that is ~8x faster
-    than one pass over the whole arrays per operation)."""
-    flat = [a.reshape(-1) for a in arrays]
-    out = np.empty_like(flat[0])
+def in_chunks(rowwise, *arrays):
+    """rowwise(*arrays) for arrays of one shape and a function that works on each row (the last
+    axis) alone, elementwise ones included, computed a few rows (about CHUNK elements) at a time
+    on all the cores: each chunk's temporaries stay in the cache (on [256, 3072] that is ~8x
+    faster than one pass over the whole arrays per operation)."""
+    n = arrays[0].shape[-1]
+    rows = [a.reshape(-1, n) for a in arrays]
+    out = np.empty_like(rows[0])
+    step = max(1, CHUNK // n)
 
     def work(starts):
         for i in starts:
-            out[i:i + CHUNK] = elementwise(*(a[i:i + CHUNK] for a in flat))
+            out[i:i + step] = rowwise(*(a[i:i + step] for a in rows))
 
-    shared_among_cores(work, list(range(0, out.size, CHUNK)))
+    shared_among_cores(work, list(range(0, len(out), step)))
     return out.reshape(arrays[0].shape)
 
 

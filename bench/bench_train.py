@@ -21,7 +21,7 @@ shared machine hits them all alike), and prints the medians and the ratios withi
                    # copy llm.c's train_gpt2.c and llmc/ into /tmp/llmc, then, in /tmp/llmc:
                    sed 's/step <= 40/step <= 6/' train_gpt2.c > t.c
                    gcc -Ofast -march=native -fopenmp -DOMP t.c -lm -o train_gpt2_B4_T64
-                   sed 's/int B = 4;/int B = 8;/; s/int T = 64;/int T = 256;/; s/step <= 40/step <= 4/' \\
+                   sed 's/int B = 4;/int B = 8;/; s/int T = 64;/int T = 256;/; s/step <= 40/step <= 3/' \\
                        train_gpt2.c > t.c && gcc -Ofast -march=native -fopenmp -DOMP t.c -lm -o train_gpt2_B8_T256
 Medians over the steps after the first.
 """

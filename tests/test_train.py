@@ -56,12 +56,14 @@ def test_gelu_backward_no_temporaries_is_gelu_backward():
     np.testing.assert_allclose(fast, train.gelu_backward(x, dy), rtol=1e-5, atol=1e-6)
 
 
-def test_in_chunks_on_all_the_cores_is_the_same_elementwise_function(monkeypatch):
-    monkeypatch.setattr(train, "CHUNK", 100)  # 840 elements: nine chunks, the last cut short
+def test_in_chunks_on_all_the_cores_is_the_same_function(monkeypatch):
+    monkeypatch.setattr(train, "CHUNK", 100)  # 28 rows of 30: three rows a chunk, the last chunk cut short
     x = np.random.default_rng(3).standard_normal((4, 7, 30), dtype=np.float32)
     dy = np.random.default_rng(4).standard_normal((4, 7, 30), dtype=np.float32)
     got = train.in_chunks(train.gelu_backward_no_temporaries, x, dy)
     assert got.shape == x.shape and np.array_equal(got, train.gelu_backward_no_temporaries(x, dy))
+    y = g.softmax(x)  # and a function of whole rows
+    assert np.array_equal(train.in_chunks(train.softmax_backward, y, dy), train.softmax_backward(y, dy))
 
 
 def test_dropout_keeps_the_mean_and_zeroes_about_p():
