@@ -416,7 +416,7 @@ def adamw_step_fast(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, 
                     grad_scale=1.0):
     """adamw_step, the same arithmetic on the same numbers (a test holds them bit-identical), for
     the hot path: each tensor is cut into chunks that fit in the cache, so that the update's
-    eleven operations read memory once instead of eleven times, and the chunks are shared
+    fourteen operations read memory once instead of fourteen times, and the chunks are shared
     among the cores. grad_scale (clipping's) multiplies each chunk of the gradients as it is
     read, instead of in a pass of its own: clip_grad_norm then adamw_step, bit for bit."""
     jobs = []

@@ -263,6 +263,29 @@ def test_reused_buffers_give_the_same_gradients_and_accumulation_copies_them(mod
     assert not np.shares_memory(total["wte"], grads["wte"]) and np.array_equal(total["wte"], grads["wte"])
 
 
+def test_a_step_accumulating_two_micro_batches_in_reused_buffers(models):
+    """train_step with --accum 2: the mean of the two micro-batches' gradients, clipped, then
+    AdamW, although both micro-batches write their wte gradient into the same buffer."""
+    import argparse
+    hp, params = models["odd"]
+    args = argparse.Namespace(seed=3, accum=2, batch_size=2, context=8, dropout=0.0, grad_clip=0.5, lr=1e-3,
+                              warmup=0, steps=10, min_lr_ratio=0.1, weight_decay=0.1)
+    ids = np.random.default_rng(0).integers(0, hp["n_vocab"], 200)
+    a, b = train.trainable(params), train.trainable(params)
+    sa, sb = train.new_adamw_state(a), train.new_adamw_state(b)
+    loss = train.train_step(a, hp, sa, ids, 4, args, buffers={})
+    rng = np.random.default_rng([3, 4])
+    runs = [train.loss_and_grads(*train.batch(ids, 2, 8, rng), b, hp["n_head"]) for _ in range(2)]
+    mean = {k: (x + shapes.flatten(runs[1][1])[k]) / 2 for k, x in shapes.flatten(runs[0][1]).items()}
+    grads = train.trainable(shapes.nest(mean, hp["n_layer"]))
+    train.clip_grad_norm(grads, 0.5)
+    train.adamw_step(b, grads, sb, train.learning_rate(4, 1e-3, 0, 10, 1e-4), weight_decay=0.1)
+    assert loss == pytest.approx((runs[0][0] + runs[1][0]) / 2, rel=1e-6)
+    fa, fb = shapes.flatten(a), shapes.flatten(b)
+    assert all(np.allclose(fa[k], fb[k], rtol=0, atol=1e-7) for k in fa)
+    assert not np.array_equal(fa["wte"], shapes.flatten(params)["wte"])
+
+
 def test_the_training_forward_is_the_model(models):
     hp, params = models["odd"]
     ids = GOLDEN["odd/ids"]
