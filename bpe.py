@@ -36,7 +36,7 @@ import regex
 from errors import UserError, fail
 
 ENDOFTEXT = "<|endoftext|>"
-DEFAULT_VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "data", "gpt2-vocab")
+DEFAULT_VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpt2-vocab")
 
 
 class VocabError(UserError):
@@ -322,12 +322,12 @@ def show_steps(enc, text):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="GPT-2's byte-level BPE: show how a text is tokenized, or decode ids.",
-        epilog="All four GPT-2 sizes share one vocabulary; a copy ships in tests/data/gpt2-vocab.")
+        epilog="All four GPT-2 sizes share one vocabulary; a copy ships in data/gpt2-vocab.")
     parser.add_argument("text", nargs="*", help="text to tokenize (or ids, with --ids)")
     parser.add_argument("--ids", action="store_true", help="decode the arguments, which are token ids")
     parser.add_argument("--steps", action="store_true", help="show each merge, from bytes to final tokens")
     parser.add_argument("--vocab-dir", default=DEFAULT_VOCAB_DIR,
-                        help="folder with encoder.json and vocab.bpe (default: the copy in tests/data/gpt2-vocab)")
+                        help="folder with encoder.json and vocab.bpe (default: the copy in data/gpt2-vocab)")
     parser.error = fail
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'

@@ -18,8 +18,8 @@ import time
 import numpy as np
 
 import bpe
-import download
 import gpt2_numpy as g
+import loading
 import look_inside
 import parameters
 import shapes
@@ -98,7 +98,7 @@ def main(argv=None):
     try:
         if args.params is not None:
             return print_params(args.params, args.models_dir)
-        encoder, hparams, params = g.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+        encoder, hparams, params = loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
         if args.trace:
             run_trace(args, encoder, hparams, params)
         elif args.lens:
@@ -330,13 +330,13 @@ def params_flags(p):
 def print_params(model, models_dir):
     """--params: the count by part, and the tensors on disk counted too when they are there."""
     if model != "all" and model not in shapes.SIZES:
-        folder = download.model_folder(model, models_dir)
+        folder = loading.model_folder(model, models_dir)
         if not os.path.isdir(folder):
             raise UserError(f"{model} is not downloaded yet: run it once, or python download.py {model}")
-        return print_param_table({model: g.load_weights(folder)})
+        return print_param_table({model: loading.load_weights(folder)})
     loaded = {}
     for size in (shapes.SIZES if model == "all" else [model]):
-        folder = download.model_folder(size, models_dir)
+        folder = loading.model_folder(size, models_dir)
         on_disk = os.path.exists(os.path.join(folder, "hparams.json"))
         loaded[size] = (shapes.hparams(size), load_checkpoint(folder)[1] if on_disk else None)
     print_param_table(loaded)

@@ -63,12 +63,9 @@ def default_models_dir():
 
 
 def model_folder(model, models_dir=None):
-    """The folder for `model`: one of MODEL_SIZES or hf:owner/name under models_dir, or an existing folder."""
+    """The folder for `model`: one of MODEL_SIZES under models_dir, or an existing folder."""
     if model in MODEL_SIZES:
         return os.path.join(models_dir or default_models_dir(), model)
-    if model.startswith("hf:"):
-        import hub
-        return hub.hub_folder(model[3:], models_dir)
     if os.path.isdir(model):
         return model
     raise DownloadError(f"unknown model {model!r}: choose one of {', '.join(MODEL_SIZES)}, "
@@ -83,10 +80,8 @@ def download_model(model, models_dir=None, base_url=None, quiet=False, tries=5, 
     """Make sure every file of `model` is on disk and good; returns its folder.
 
     A released size is downloaded (or mended) as needed. A path to an existing folder is
-    checked and returned: a bad file in it is an error naming it, and nothing is changed."""
-    if model.startswith("hf:"):
-        import hub  # the Hub's layout, on this file's downloader
-        return hub.download_hub_model(model[3:], models_dir, quiet=quiet, tries=tries, backoff=backoff)
+    checked and returned: a bad file in it is an error naming it, and nothing is changed.
+    (hf:owner/name is hub.py's, on this file's downloader: loading.fetch_model chooses.)"""
     folder = model_folder(model, models_dir)
     if model not in MODEL_SIZES:
         if not hf_model.is_hf_folder(folder):  # a Hugging Face folder is checked as it is read
@@ -351,8 +346,10 @@ def main(argv=None):
             print(f"{folder}: all tensors match their checksums "
                   f"({nbytes / 1e6:,.1f} MB in {seconds:.2f} s, {nbytes / 1e6 / seconds:,.0f} MB/s)")
         else:
-            folder = download_model(args.model, args.models_dir, args.base_url, args.quiet, tries=args.retries)
-            print(folder)
+            if args.model.startswith("hf:"):  # hub.py downloads on this file's downloader, so not from here
+                raise UserError(f"{args.model} is a Hub model: python gpt2_numpy.py --model {args.model} \"prompt\" "
+                                "downloads it on first use")
+            print(download_model(args.model, args.models_dir, args.base_url, args.quiet, tries=args.retries))
     except UserError as e:
         fail(str(e))
     except KeyboardInterrupt:

@@ -7,8 +7,10 @@ The file goes in the order the data flows:
   2. attention          split_heads, attention_scores, attention, the KV cache, mha
   3. the model          transformer_block, gpt2_hidden, gpt2
   4. generation         sampling controls, generate (streams tokens), score
-  5. loading            load_weights (OpenAI's or Hugging Face's), load_model; then the entry
-                        point, which hands over to cli.py
+and at the bottom the entry point, which hands over to cli.py.
+
+It needs NumPy and nothing else: finding, downloading and reading the weights is loading.py's
+work, and the command line is cli.py's. The model knows nothing of either.
 
 Arrays are float32 throughout. Shapes use B = batch, T = positions, C = n_embd,
 H = n_head, D = C / H (one head's width), V = n_vocab. Parameter names follow
@@ -25,11 +27,7 @@ import sys
 
 import numpy as np
 
-import bpe
-import download
-import hf_model
-from checkpoint import load_checkpoint
-from errors import UserError
+from errors import UserError  # a ValueError that the command line prints as one line (standard library only)
 
 ENDOFTEXT = 50256  # <|endoftext|>: separates documents; GPT-2 writes it when a text is done
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)  # a Python float: see below
@@ -351,28 +349,6 @@ def score(ids, params, hparams):
     token_logprobs = logprobs[np.arange(len(ids) - 1), ids[1:]]  # [T-1]
     loss = float(-token_logprobs.mean())
     return token_logprobs, loss, math.exp(loss)
-
-
-# ============================================================================
-# 5. Loading
-# ============================================================================
-
-def load_weights(folder):
-    """-> (hparams, params) from OpenAI's TensorFlow checkpoint or a Hugging Face safetensors folder."""
-    if hf_model.is_hf_folder(folder):
-        hparams, params, converted = hf_model.load_hf_folder(folder)
-        if converted:
-            print(f"note: {' and '.join(sorted(converted))} weights were converted once to float32", file=sys.stderr)
-        return hparams, params
-    return load_checkpoint(folder)
-
-
-def load_model(model="124M", models_dir=None, base_url=None, quiet=False):
-    """-> (encoder, hparams, params) for a size (downloaded on first use), a checkpoint folder,
-    a Hugging Face folder, or hf:owner/name from the Hub."""
-    folder = download.download_model(model, models_dir, base_url, quiet=quiet)
-    hparams, params = load_weights(folder)
-    return bpe.get_encoder(folder), hparams, params
 
 
 if __name__ == "__main__":

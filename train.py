@@ -628,7 +628,7 @@ def main(argv=None):
 
 def run(args):
     import bpe
-    import download
+    import loading
     import look_inside
     from tqdm import tqdm
 
@@ -639,8 +639,8 @@ def run(args):
     if args.model in shapes.SIZES and not args.resume:  # a released size: refuse before downloading it
         check_memory(shapes.hparams(args.model), args, look_inside.available_memory())
     text = read_text(args.data)
-    folder = args.out if args.resume else download.download_model(args.model, args.models_dir, quiet=args.quiet)
-    hparams, params = g.load_weights(folder)
+    folder = args.out if args.resume else loading.fetch_model(args.model, args.models_dir, quiet=args.quiet)
+    hparams, params = loading.load_weights(folder)
     check_memory(hparams, args, look_inside.available_memory())
     encoder = bpe.get_encoder(folder)
     train_ids, val_ids = split_tokens(encoder.encode(text), args.context, args.val_fraction)

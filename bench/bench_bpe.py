@@ -29,7 +29,7 @@ import sysconfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-VOCAB = os.path.join(ROOT, "tests", "data", "gpt2-vocab")
+VOCAB = os.path.join(ROOT, "data", "gpt2-vocab")
 CORPUS = os.path.join(HERE, "out", "bpe_corpus.txt")
 
 

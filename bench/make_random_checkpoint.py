@@ -55,7 +55,7 @@ def main():
     with open(os.path.join(out, "checkpoint"), "w") as f:
         f.write('model_checkpoint_path: "model.ckpt"\n')
     for name in ("encoder.json", "vocab.bpe"):
-        shutil.copy(os.path.join(ROOT, "tests", "data", "gpt2-vocab", name), out)
+        shutil.copy(os.path.join(ROOT, "data", "gpt2-vocab", name), out)
     print(out)
 
 

@@ -16,7 +16,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DATA = os.path.join(HERE, "data")
-VOCAB = os.path.join(DATA, "gpt2-vocab")
+VOCAB = os.path.join(ROOT, "data", "gpt2-vocab")  # the runtime copy: tests read it, never keep one
 sys.path.insert(0, ROOT)
 
 import bpe  # noqa: E402

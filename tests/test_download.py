@@ -344,7 +344,7 @@ def test_redirects_are_followed(mirror, tmp_path):
 
 def test_the_vendored_vocabulary_has_the_pinned_hashes():
     for name, (size, digest) in download.model_files.VOCABULARY.items():
-        path = os.path.join(ROOT, "tests", "data", "gpt2-vocab", name)
+        path = os.path.join(ROOT, "data", "gpt2-vocab", name)
         assert os.path.getsize(path) == size and download.model_files.sha256(path) == digest
 
 

@@ -13,10 +13,12 @@ import sys
 import numpy as np
 import pytest
 
+import bpe
 import gpt2_numpy as g
 import hf_model
 import hub
 import safetensors_reader as st
+import shapes
 from conftest import DATA, ROOT, VOCAB, Mirror
 from download import DownloadError
 
@@ -88,12 +90,12 @@ def test_n_inner_and_layer_norm_epsilon_are_read():
 def test_names_with_and_without_the_transformer_prefix_give_the_same_params():
     _, a, _ = hf_model.load_hf_folder(os.path.join(HF, "tiny"))
     _, b, _ = hf_model.load_hf_folder(os.path.join(HF, "bare"))  # also has mask buffers and lm_head.weight
-    fa, fb = g.download.shapes.flatten(a), g.download.shapes.flatten(b)
+    fa, fb = shapes.flatten(a), shapes.flatten(b)
     assert list(fa) == list(fb) and all(np.array_equal(fa[k], fb[k]) for k in fa)
 
 
 def test_the_tokenizer_comes_from_vocab_json_and_merges_txt(encoder):
-    hf = g.bpe.get_encoder(os.path.join(HF, "tiny"))
+    hf = bpe.get_encoder(os.path.join(HF, "tiny"))
     text = "Hello, world! Ünïcödé and 123 numbers."
     assert hf.encode(text) == encoder.encode(text)
 
@@ -208,7 +210,7 @@ def hub_mirror(tmp_path):
     sharded = root / "test-org" / "sharded" / "resolve" / "main"
     shutil.copytree(os.path.join(HF, "sharded"), sharded)
     for f in ("vocab.json", "merges.txt"):
-        shutil.copy(os.path.join(VOCAB, "..", "hf", "tiny", f), sharded)
+        shutil.copy(os.path.join(HF, "tiny", f), sharded)
     m = Mirror(str(root))
     m.etags["model.safetensors"] = hashlib.sha256((files / "model.safetensors").read_bytes()).hexdigest()
     yield m
@@ -219,7 +221,7 @@ def test_hf_downloads_and_runs_what_hugging_face_computes(hub_mirror, tmp_path):
     models = tmp_path / "models"
     ids = GOLDEN["tiny/ids"][0]
     r = run_cli("--model", "hf:test-org/tiny-gpt2", "--models-dir", str(models), "--greedy", "--n-tokens", "12",
-                "--no-stop", "--json", g.bpe.get_encoder(VOCAB).decode(ids.tolist()), env={"HF_ENDPOINT": hub_mirror.url})
+                "--no-stop", "--json", bpe.get_encoder(VOCAB).decode(ids.tolist()), env={"HF_ENDPOINT": hub_mirror.url})
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["prompt_ids"] == ids.tolist() and out["samples"][0]["ids"] == GOLDEN["tiny/greedy"][0].tolist()

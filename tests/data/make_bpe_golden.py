@@ -17,7 +17,7 @@ from tiktoken.load import data_gym_to_mergeable_bpe_ranks  # noqa: E402
 from tiktoken_ext import openai_public  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VOCAB = os.path.join(HERE, "gpt2-vocab")
+VOCAB = os.path.join(HERE, "..", "..", "data", "gpt2-vocab")
 
 
 def reference_encoding():
@@ -163,7 +163,7 @@ def main():
         cases.append({"group": "special-allowed", "text": text,
                       "ids": enc.encode(text, allowed_special={"<|endoftext|>"})})
     with open(os.path.join(HERE, "bpe_golden.json"), "w", encoding="utf-8") as f:
-        json.dump({"reference": f"tiktoken {tiktoken.__version__}, gpt2 encoding from tests/data/gpt2-vocab",
+        json.dump({"reference": f"tiktoken {tiktoken.__version__}, gpt2 encoding from data/gpt2-vocab",
                    "cases": cases}, f, ensure_ascii=True, indent=0)
     print(len(cases), "cases")
 

@@ -26,7 +26,7 @@ import torch
 import transformers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VOCAB = os.path.join(HERE, "..", "gpt2-vocab")
+VOCAB = os.path.join(HERE, "..", "..", "..", "data", "gpt2-vocab")
 
 
 def randomize(model, seed):

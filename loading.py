@@ -1,0 +1,51 @@
+"""Loading a model by its name: a released size, a folder on disk, or hf:owner/name from the Hub.
+
+    import gpt2_numpy as g, loading
+    encoder, hparams, params = loading.load_model("124M")
+    ids = encoder.encode("Alan Turing theorized that")
+    tokens = [int(t[0]) for t in g.generate(ids, params, hparams, n_tokens=20, seed=0)]
+
+gpt2_numpy.py is the model and needs only NumPy; everything that finds, downloads and reads
+files is here and below: download.py (OpenAI's files over HTTP), hub.py (the Hugging Face
+Hub), checkpoint.py (TensorFlow's format), hf_model.py (a Hugging Face folder), bpe.py (the
+tokenizer's files).
+"""
+import sys
+
+import bpe
+import download
+import hf_model
+import hub
+from checkpoint import load_checkpoint
+
+
+def model_folder(model, models_dir=None):
+    """Where `model` lives (or will): a size or hf:owner/name under models_dir, or a folder's own path."""
+    if model.startswith("hf:"):
+        return hub.hub_folder(model[3:], models_dir)
+    return download.model_folder(model, models_dir)
+
+
+def fetch_model(model, models_dir=None, base_url=None, quiet=False, tries=5, backoff=0.5):
+    """Make sure every file of `model` is on disk and good (downloading what is missing) -> its folder."""
+    if model.startswith("hf:"):
+        return hub.download_hub_model(model[3:], models_dir, quiet=quiet, tries=tries, backoff=backoff)
+    return download.download_model(model, models_dir, base_url, quiet=quiet, tries=tries, backoff=backoff)
+
+
+def load_weights(folder):
+    """-> (hparams, params) from OpenAI's TensorFlow checkpoint or a Hugging Face safetensors folder."""
+    if hf_model.is_hf_folder(folder):
+        hparams, params, converted = hf_model.load_hf_folder(folder)
+        if converted:
+            print(f"note: {' and '.join(sorted(converted))} weights were converted once to float32", file=sys.stderr)
+        return hparams, params
+    return load_checkpoint(folder)
+
+
+def load_model(model="124M", models_dir=None, base_url=None, quiet=False):
+    """-> (encoder, hparams, params) for a size (downloaded on first use), a checkpoint folder,
+    a Hugging Face folder, or hf:owner/name from the Hub."""
+    folder = fetch_model(model, models_dir, base_url, quiet=quiet)
+    hparams, params = load_weights(folder)
+    return bpe.get_encoder(folder), hparams, params

@@ -1,0 +1,81 @@
+"""The layout the README promises: the model needs NumPy alone, imports go one way, and what
+the program reads at run time lives outside tests/."""
+import ast
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import bpe
+from conftest import ROOT
+
+PROJECT = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
+
+
+def modules_loaded_by(statement):
+    r = subprocess.run([sys.executable, "-c", f"import json, sys; {statement}; print(json.dumps(sorted(sys.modules)))"],
+                       cwd=ROOT, capture_output=True, text=True, check=True)
+    return set(json.loads(r.stdout))
+
+
+def test_the_model_needs_numpy_and_nothing_else():
+    loaded = modules_loaded_by("import gpt2_numpy")
+    assert not {"requests", "urllib3", "tqdm", "regex"} & loaded
+    assert loaded & set(PROJECT) == {"gpt2_numpy", "errors"}  # errors.py is the standard library only
+    assert not {"requests", "tqdm", "regex"} & modules_loaded_by("import errors")
+
+
+def imports(path, top_only=False):
+    """The project modules a file imports: anywhere in it (or, with top_only, when it is imported),
+    except under `if __name__ == "__main__":`, a script's entry point, which runs only when it is the program."""
+    found = set()
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    main = {id(n) for n in ast.walk(tree) if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)}
+
+    def visit(node):
+        if id(node) in main or (top_only and isinstance(node, (ast.FunctionDef, ast.ClassDef))):
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found & set(PROJECT)
+
+
+def test_no_import_cycle_among_the_projects_modules():
+    """Imports go one way, even those made inside a function when it is first called."""
+    graph = {m: imports(os.path.join(ROOT, m + ".py")) for m in PROJECT}
+    done, path = set(), []
+
+    def walk(m):
+        assert m not in path, f"an import cycle: {' -> '.join(path[path.index(m):] + [m])}"
+        if m in done:
+            return
+        path.append(m)
+        for n in sorted(graph[m]):
+            walk(n)
+        path.pop()
+        done.add(m)
+
+    for m in PROJECT:
+        walk(m)
+
+
+def test_the_model_knows_nothing_of_downloads_or_the_command_line():
+    graph = {m: imports(os.path.join(ROOT, m + ".py")) for m in PROJECT}
+    assert graph["gpt2_numpy"] == {"errors"} == imports(os.path.join(ROOT, "gpt2_numpy.py"), top_only=True)
+    for low in ("gpt2_numpy", "backward", "optimizer", "parallel"):
+        if low in graph:
+            assert not graph[low] & {"cli", "download", "hub", "loading", "train"}, (low, graph[low])
+
+
+def test_what_the_program_reads_at_run_time_is_not_under_tests():
+    vocab = os.path.relpath(bpe.DEFAULT_VOCAB_DIR, ROOT)
+    assert vocab.split(os.sep)[0] == "data"
+    assert all(os.path.isfile(os.path.join(bpe.DEFAULT_VOCAB_DIR, f)) for f in ("encoder.json", "vocab.bpe", "LICENSE"))
