@@ -20,6 +20,7 @@ hot loop works on bytes and integer ids only.
     python bpe.py "Hello, world"        # tokens and ids
     python bpe.py --ids 15496 11 995    # ids back to text
     python bpe.py --steps "tokenization"  # every merge, from bytes to tokens
+    python bpe.py --train data/tinyshakespeare.txt --vocab-size 4096 --out my-vocab   # learn one
 """
 import argparse
 import codecs
@@ -294,6 +295,236 @@ def get_encoder(folder):
 
 
 # ----------------------------------------------------------------------------
+# Training a vocabulary: learn the merges from a text
+# ----------------------------------------------------------------------------
+# While learning, a token is an int: 0-255 are the bytes themselves, 256 + k is the k-th
+# merge's token. The files give the bytes GPT-2's own ids (GPT2_BYTE_ORDER) when written.
+
+def pair_counts(pieces):
+    """How often each adjacent pair of tokens occurs, over every piece.
+    -> {(left, right): count}, in the order the pairs first occur in the text"""
+    counts = {}
+    for ids in pieces:
+        for pair in zip(ids, ids[1:]):
+            counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def merge_pair(ids, pair, new_id):
+    """ids with every occurrence of pair, left to right, replaced by new_id."""
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def learn_merge(pieces, new_id):
+    """One step of training: the most frequent pair (a tie: the one that occurs first in the
+    text as it stands), merged everywhere into new_id. -> (that pair, the new pieces), or
+    (None, pieces) when no piece has two tokens left."""
+    counts = pair_counts(pieces)
+    if not counts:
+        return None, pieces
+    best = max(counts, key=counts.get)  # max keeps the first of equals: dicts keep insertion order
+    return best, [merge_pair(ids, best, new_id) for ids in pieces]
+
+
+def train_merges(text, n_merges, on_merge=None):
+    """The plain trainer: pre-tokenize, then learn_merge n_merges times (fewer if the pairs run
+    out). -> [(left, right)], the merges in the order they were learned (ids as above).
+    on_merge(k) is called after each, for a progress bar."""
+    pieces = [list(piece.encode("utf-8")) for piece in PRETOKENIZE.findall(text)]
+    merges = []
+    for k in range(n_merges):
+        pair, pieces = learn_merge(pieces, 256 + k)
+        if pair is None:
+            break
+        merges.append(pair)
+        if on_merge:
+            on_merge(k)
+    return merges
+
+
+def train_merges_fast(text, n_merges, on_merge=None):
+    """train_merges, for a real corpus (a test holds the two equal). Each distinct piece is kept
+    once with how often it occurs, so a word seen 1,000 times is merged once, and counted 1,000
+    times. After a merge only the pieces that held the pair are counted again, and the best pair
+    comes off a heap instead of a scan of every count. A tie still goes to the pair first in the
+    text: its first piece (pieces are numbered in the order they first occur) and, in it, the
+    byte where the pair starts (which no merge moves)."""
+    import heapq
+    from collections import Counter
+
+    freq = Counter(PRETOKENIZE.findall(text))  # insertion order: the order pieces first occur
+    pieces = [list(piece.encode("utf-8")) for piece in freq]
+    starts = [list(range(len(ids))) for ids in pieces]  # the byte each token starts at, in its piece
+    weight = list(freq.values())
+    counts, where = {}, {}  # pair -> total count; pair -> the pieces that hold it
+    for i, ids in enumerate(pieces):
+        for pair in zip(ids, ids[1:]):
+            counts[pair] = counts.get(pair, 0) + weight[i]
+            where.setdefault(pair, set()).add(i)
+    heap = [(-c, pair) for pair, c in counts.items()]
+    heapq.heapify(heap)
+
+    def first_place(pair):  # (piece, byte) of the pair's first occurrence in the text
+        i = min(where[pair])
+        ids = pieces[i]
+        return i, next(starts[i][j] for j in range(len(ids) - 1) if (ids[j], ids[j + 1]) == pair)
+
+    merges = []
+    for k in range(n_merges):
+        tied, top = [], None
+        while heap:  # every pair at the highest count, each once (the heap keeps stale entries)
+            c, pair = heap[0]
+            if counts.get(pair) != -c or pair in tied:
+                heapq.heappop(heap)
+                continue
+            if top is not None and c != top:
+                break
+            top = c
+            tied.append(heapq.heappop(heap)[1])
+        if not tied:
+            break
+        best = min(tied, key=first_place) if len(tied) > 1 else tied[0]
+        for pair in tied:
+            if pair != best:
+                heapq.heappush(heap, (top, pair))
+        new_id = 256 + k
+        changed = set()
+        for i in sorted(where[best]):
+            ids, w = pieces[i], weight[i]
+            for pair in zip(ids, ids[1:]):
+                counts[pair] -= w
+                changed.add(pair)
+            merged, merged_starts, j = [], [], 0
+            while j < len(ids):
+                merged_starts.append(starts[i][j])  # a merged token starts where its left part did
+                if j + 1 < len(ids) and ids[j] == best[0] and ids[j + 1] == best[1]:
+                    merged.append(new_id)
+                    j += 2
+                else:
+                    merged.append(ids[j])
+                    j += 1
+            old = set(zip(ids, ids[1:]))
+            pieces[i], starts[i] = merged, merged_starts
+            new = set(zip(merged, merged[1:]))
+            for pair in zip(merged, merged[1:]):
+                counts[pair] = counts.get(pair, 0) + w
+                changed.add(pair)
+            for pair in old - new:
+                where[pair].discard(i)
+            for pair in new - old:
+                where.setdefault(pair, set()).add(i)
+        for pair in changed:
+            c = counts[pair]
+            if c > 0:
+                heapq.heappush(heap, (-c, pair))
+            else:
+                del counts[pair]
+                where.pop(pair, None)
+        merges.append(best)
+        if on_merge:
+            on_merge(k)
+    return merges
+
+
+GPT2_BYTE_ORDER = sorted(range(256), key=lambda b: ord(CODE_PAGE[b]))  # ids 0..255 -> their bytes, as GPT-2's
+
+
+def merged_bytes(merges):
+    """Each learned token's bytes: [the 256 bytes, then each merge's left + right]."""
+    token = [bytes([b]) for b in range(256)]
+    for left, right in merges:
+        token.append(token[left] + token[right])
+    return token
+
+
+def spelled_twice(merges):
+    """The first merge whose token spells bytes an earlier token already spells, or None.
+    GPT-2's files name tokens by their bytes, so they cannot hold both."""
+    seen = set(bytes([b]) for b in range(256))
+    for k, data in enumerate(merged_bytes(merges)[256:]):
+        if data in seen:
+            return k
+        seen.add(data)
+    return None
+
+
+def vocab_files(merges):
+    """The merges as GPT-2's two files: (encoder.json, vocab.bpe) as text. Ids: the 256 bytes in
+    GPT-2's order, then the merges in the order they were learned, then <|endoftext|>."""
+    token = merged_bytes(merges)
+    order = [token[b] for b in GPT2_BYTE_ORDER] + token[256:]
+    encoder = {to_printable(data): i for i, data in enumerate(order)}
+    encoder[ENDOFTEXT] = len(order)
+    lines = [f"{to_printable(token[left])} {to_printable(token[right])}\n" for left, right in merges]
+    return json.dumps(encoder, ensure_ascii=False), "#version: 0.2\n" + "".join(lines)
+
+
+def read_texts(paths):
+    """The training text: the files' contents, one after another (UTF-8, not empty)."""
+    texts = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                texts.append(f.read())
+        except UnicodeDecodeError:
+            raise UserError("is not UTF-8 text", path=path) from None
+        except OSError as e:
+            raise UserError(e.strerror or str(e), path=path) from None
+        if not texts[-1].strip():
+            raise UserError("is empty", path=path)
+    return "\n".join(texts)
+
+
+def train_vocab(text, vocab_size, quiet=True):
+    """vocab_size ids in all, as GPT-2's 50257: 256 bytes, vocab_size - 257 merges, <|endoftext|>.
+    -> the merges. Too few distinct pairs, or a merge that spells an earlier token again, is a
+    UserError saying how many merges were learned."""
+    from tqdm import tqdm
+
+    if vocab_size < 257:
+        raise UserError(f"must be at least 257 (256 bytes and <|endoftext|>), got {vocab_size}", arg="--vocab-size")
+    wanted = vocab_size - 257
+    with tqdm(total=wanted, unit="merge", disable=quiet or not sys.stderr.isatty()) as bar:
+        merges = train_merges_fast(text, wanted, on_merge=lambda k: bar.update(1))
+    if len(merges) < wanted:
+        raise UserError(f"the text has only enough distinct pairs for {len(merges)} merges, not the {wanted} that "
+                        f"--vocab-size {vocab_size} asks for: use --vocab-size {257 + len(merges)} or more text")
+    twice = spelled_twice(merges)
+    if twice is not None:
+        raise UserError(f"merge {twice + 1} spells {merged_bytes(merges)[256 + twice]!r} a second time, which "
+                        f"GPT-2's files cannot hold: use --vocab-size {257 + twice} or less")
+    return merges
+
+
+def write_vocab(folder, merges):
+    """encoder.json and vocab.bpe into folder (made new), whole or not at all."""
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(folder))
+    if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
+        raise UserError("already exists and is not an empty folder", path=folder)
+    if not os.path.isdir(parent):
+        raise UserError(f"its parent folder {parent} does not exist", path=folder)
+    encoder_json, vocab_bpe = vocab_files(merges)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=".vocab-")
+    for name, content in (("encoder.json", encoder_json), ("vocab.bpe", vocab_bpe)):
+        with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+            f.write(content)
+    if os.path.isdir(folder):
+        os.rmdir(folder)
+    os.rename(tmp, folder)
+    return folder
+
+
+# ----------------------------------------------------------------------------
 # Command line: watch the tokenizer work
 # ----------------------------------------------------------------------------
 
@@ -328,10 +559,23 @@ def main(argv=None):
     parser.add_argument("--steps", action="store_true", help="show each merge, from bytes to final tokens")
     parser.add_argument("--vocab-dir", default=DEFAULT_VOCAB_DIR,
                         help="folder with encoder.json and vocab.bpe (default: the copy in data/gpt2-vocab)")
+    parser.add_argument("--train", nargs="+", metavar="FILE", help="learn a vocabulary from these UTF-8 files")
+    parser.add_argument("--vocab-size", type=int, help="with --train: ids in all (256 bytes, the merges, "
+                                                       "<|endoftext|>; GPT-2 has 50257)")
+    parser.add_argument("--out", help="with --train: a new folder for encoder.json and vocab.bpe")
+    parser.add_argument("--quiet", action="store_true", help="with --train: no progress bar")
     parser.error = fail
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'
+    if args.train is not None and (args.vocab_size is None or args.out is None):
+        fail("--train needs --vocab-size N and --out DIR")
     try:
+        if args.train is not None:
+            merges = train_vocab(read_texts(args.train), args.vocab_size, args.quiet)
+            write_vocab(args.out, merges)
+            print(f"{args.out}: {args.vocab_size} ids ({len(merges)} merges); "
+                  f"python bpe.py --vocab-dir {args.out} \"text\" uses it")
+            return 0
         enc = get_encoder(args.vocab_dir)
         if args.ids:
             try:

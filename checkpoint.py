@@ -242,14 +242,10 @@ def read_hparams(folder):
     """hparams.json: n_vocab, n_ctx, n_embd, n_head, n_layer."""
     path = os.path.join(folder, "hparams.json")
     hparams = read_json(path, CheckpointError)
-    keys = shapes.HPARAM_KEYS
-    if not isinstance(hparams, dict) or not all(
-            isinstance(hparams.get(k), int) and not isinstance(hparams.get(k), bool) and hparams[k] > 0 for k in keys):
-        raise CheckpointError(f"needs positive integers {', '.join(keys)}", path=path)
-    if hparams["n_embd"] % hparams["n_head"]:
-        raise CheckpointError(f"n_embd {hparams['n_embd']} is not a multiple of n_head {hparams['n_head']}",
-                              path=path)
-    return {k: hparams[k] for k in keys}
+    problem = shapes.hparams_problem(hparams)
+    if problem:
+        raise CheckpointError(problem, path=path)
+    return {k: hparams[k] for k in shapes.HPARAM_KEYS}
 
 
 def checkpoint_prefix(folder):
@@ -459,15 +455,21 @@ def checkpoint_files(tensors):
     return table(entries), b"".join(data)
 
 
+def check_writable(hparams, folder):
+    """OpenAI's hparams.json has no n_inner nor layer_norm_epsilon: a model whose MLP is not 4·C
+    wide, or whose layer norms' eps is not 1e-5 (some Hugging Face models), cannot be written in it."""
+    if hparams.get("n_inner", 4 * hparams["n_embd"]) != 4 * hparams["n_embd"] or \
+            hparams.get("layer_norm_epsilon", 1e-5) != 1e-5:
+        raise CheckpointError("OpenAI's format has no n_inner or layer_norm_epsilon: this model cannot be written "
+                              "in it", path=folder)
+
+
 def write_checkpoint(folder, params, hparams, vocab=None, extra=None):
     """Write params as OpenAI's files (checkpoint, hparams.json, model.ckpt.index and .data, and
     encoder.json and vocab.bpe copied from the folder `vocab`; extra: {file name: bytes} beside
     them), into a temporary folder that is renamed to `folder` only when complete: a crash
     never leaves half a checkpoint."""
-    if hparams.get("n_inner", 4 * hparams["n_embd"]) != 4 * hparams["n_embd"] or \
-            hparams.get("layer_norm_epsilon", 1e-5) != 1e-5:
-        raise CheckpointError("OpenAI's format has no n_inner or layer_norm_epsilon: this model cannot be written "
-                              "in it", path=folder)
+    check_writable(hparams, folder)
     tensors = {f"model/{name}": a[None] if name.endswith("/w") else a for name, a in shapes.flatten(params).items()}
     index, data = checkpoint_files(tensors)
     parent = os.path.dirname(os.path.abspath(folder))

@@ -45,7 +45,7 @@ def positive_int(text):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        prog="gpt2_numpy.py",
+        prog="gpt2_numpy.py", allow_abbrev=False,
         description="GPT-2 in plain NumPy: generate text, score a text, count parameters, trace shapes.",
         epilog="Models download on first use to --models-dir, else $GPT2_MODELS_DIR, else models/ beside this "
                "file; --base-url or $GPT2_BASE_URL picks a mirror of OpenAI's files, $HF_ENDPOINT one of the Hub.")
@@ -63,6 +63,7 @@ def parse_args(argv):
         add_flags(p)  # each subcommand's flags are defined beside its printing, below
     p.error = fail
     args = p.parse_args(argv)
+    check_flags_agree(args, given_flags(p, argv))
     if args.greedy:
         args.temperature = 0.0
     try:
@@ -81,6 +82,32 @@ def parse_args(argv):
     if args.top is not None and args.top < 1:
         fail("--top must be at least 1")
     return args
+
+
+def given_flags(p, argv):
+    """The flags written on the command line, as their destinations (not those left to their defaults)."""
+    words = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    return {a.dest for a in p._actions if words & set(a.option_strings)}
+
+
+GENERATING = ("n_tokens", "temperature", "top_k", "top_p", "seed", "greedy", "n_samples", "no_stop")
+
+
+def check_flags_agree(args, given):
+    """A flag that the chosen command would ignore is a mistake to say, not to pass over."""
+    def flag(dest):
+        return "--" + dest.replace("_", "-")
+
+    if args.greedy and "temperature" in given:
+        fail(f"--greedy is --temperature 0: give one of them, not --greedy --temperature {args.temperature}")
+    reading = [d for d in ("params", "score", "trace", "lens", "html") if d in given]
+    if "top" in given and not args.json:
+        reading.append("top")
+    if reading and given & set(GENERATING):
+        fail(f"{flag(sorted(given & set(GENERATING))[0])} is for generating text; {flag(reading[0])} reads the "
+             "text once and generates nothing")
+    if "trace_block" in given and not args.trace:
+        fail("--trace-block goes with --trace")
 
 
 def use_threads(n):
@@ -137,9 +164,24 @@ def generate_flags(p):
     p.add_argument("--no-stop", action="store_true", help="keep going after <|endoftext|>")
 
 
+def plural(n, word):
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def start_ids(args, encoder):
+    """The prompt's ids; an empty prompt is <|endoftext|> alone (sampling unconditionally, as
+    OpenAI's sampler does), and so counts as one token wherever a count is shown."""
+    ids = encoder.encode(args.prompt)
+    if not ids and encoder.eot is None:
+        raise UserError("this vocabulary has no <|endoftext|> to start from: give a prompt")
+    if not ids and not args.quiet and not args.json:
+        print("no prompt: sampling unconditionally, after <|endoftext|>", file=sys.stderr)
+    return ids or [encoder.eot]
+
+
 def run_generate(args, encoder, hparams, params):
-    prompt_ids = encoder.encode(args.prompt)
-    stop = None if args.no_stop else g.ENDOFTEXT
+    prompt_ids = start_ids(args, encoder)
+    stop = None if args.no_stop else encoder.eot
     start = time.perf_counter()
     alternatives = []  # per step, per sample: the top --top tokens of the distribution sampled from
 
@@ -186,7 +228,7 @@ def run_generate(args, encoder, hparams, params):
     n = sum(len(s) for s in samples)
     if not args.quiet and n:
         after_first = elapsed - (first_token_time - start)
-        print(f"[{n} tokens in {elapsed:.2f} s: prompt of {len(prompt_ids)} tokens and first token in "
+        print(f"[{plural(n, 'token')} in {elapsed:.2f} s: prompt of {plural(len(prompt_ids), 'token')} and first token in "
               f"{first_token_time - start:.2f} s, then {(n - args.n_samples) / max(after_first, 1e-9):.1f} "
               f"tokens/s]", file=sys.stderr)
 
@@ -271,17 +313,13 @@ def top_entries(encoder, probs, k):
 
 
 def run_top(args, encoder, hparams, params):
-    ids = encoder.encode(args.prompt) or [g.ENDOFTEXT]  # an empty prompt: after <|endoftext|>, as generate starts
+    ids = start_ids(args, encoder)
     logits = g.gpt2(ids, params, hparams["n_head"], last_only=True)[-1]
     top, probs, logprobs = look_inside.next_token_table(logits, args.top)
-    print(f"after {len(ids)} tokens, ...{shown_token(encoder, ids[-1])!r}:")
+    print(f"after {plural(len(ids), 'token')}, ...{shown_token(encoder, ids[-1])!r}:")
     print(f"{'rank':>4}  {'token':<20}{'id':>7}{'prob':>10}{'log p':>10}")
     for rank, (i, p, lp) in enumerate(zip(top, probs, logprobs), start=1):
         print(f"{rank:>4}  {shown_token(encoder, i)!r:<20}{int(i):>7}{p:>10.4f}{lp:>10.4f}")
-
-
-def lens_rows(hparams):
-    return ["embed"] + [f"h{i}" for i in range(hparams["n_layer"])]
 
 
 def run_lens(args, encoder, hparams, params):
@@ -290,7 +328,8 @@ def run_lens(args, encoder, hparams, params):
         raise UserError(f"the text has {len(ids)} tokens; the model reads at most {hparams['n_ctx']}")
     lens = look_inside.logit_lens([ids], params, hparams)
     if args.json:
-        print(json.dumps({"ids": ids, "tokens": [encoder.decode([i]) for i in ids], "layers": lens_rows(hparams),
+        print(json.dumps({"ids": ids, "tokens": [encoder.decode([i]) for i in ids],
+                          "layers": look_inside.lens_labels(hparams["n_layer"]),
                           "top": lens["top"][:, 0].tolist(),
                           "top_token": [[encoder.decode([i]) for i in row] for row in lens["top"][:, 0].tolist()],
                           "top_prob": np.round(lens["top_prob"][:, 0], 6).tolist(),
@@ -303,7 +342,7 @@ def run_lens(args, encoder, hparams, params):
 
     print("the logit lens: each layer's most likely next token at each position (the last row is the model's)")
     print(f"{'':<7}" + "".join(cell(shown_token(encoder, i)) for i in ids))
-    for name, row in zip(lens_rows(hparams), lens["top"][:, 0]):
+    for name, row in zip(look_inside.lens_labels(hparams["n_layer"]), lens["top"][:, 0]):
         print(f"{name:<7}" + "".join(cell(shown_token(encoder, i)) for i in row))
 
 

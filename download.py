@@ -31,7 +31,7 @@ import safetensors_reader
 import shapes
 from checkpoint import DATA_SUFFIX, CheckpointError, checkpoint_prefix, verify_checkpoint
 from errors import UserError, fail
-from model_files import DATA_FILE, MODEL_FILES, BadFile
+from model_files import DATA_FILE, MODEL_FILES, BadFile, WebPage
 
 try:
     import fcntl  # POSIX file locks
@@ -68,6 +68,9 @@ def model_folder(model, models_dir=None):
         return os.path.join(models_dir or default_models_dir(), model)
     if os.path.isdir(model):
         return model
+    if os.path.exists(model):
+        raise DownloadError("is not a folder: --model takes a model folder (hparams.json and model.ckpt.*, or "
+                            "config.json and model.safetensors), a size, or hf:owner/name", path=model)
     raise DownloadError(f"unknown model {model!r}: choose one of {', '.join(MODEL_SIZES)}, "
                         "hf:owner/name from the Hugging Face Hub, or give the path of a model folder")
 
@@ -166,8 +169,7 @@ def check_user_folder(folder):
         try:
             if name == "checkpoint":  # any prefix will do here; only a web page is wrong
                 with open(path, "rb") as f:
-                    if model_files.looks_like_a_web_page(f.read(4096)):
-                        raise BadFile("it is a web page (HTML or XML), not a model file")
+                    model_files.check_not_a_web_page(f.read(4096))
             else:
                 model_files.check_file(name, path, None, context)
         except BadFile as e:
@@ -203,6 +205,11 @@ class _Retryable(Exception):
     """A failure worth another try: a dropped connection, a short body, a 5xx."""
 
 
+def web_page_sent(name, url):
+    return DownloadError(f"the server sent a web page instead of {name}: a captive portal or proxy? ({url}); "
+                         "nothing was kept under the final name")
+
+
 def fetch_file(url, path, quiet=False, tries=5, backoff=0.5, check=None, size=None, seen=None):
     """Download url to path through path + '.part', resuming and retrying. check(part) raises
     BadFile if the content is wrong; size, when known, is the size it must have. The file gets
@@ -228,11 +235,11 @@ def fetch_file(url, path, quiet=False, tries=5, backoff=0.5, check=None, size=No
     try:
         if check:
             check(part)
+    except WebPage:
+        os.remove(part)
+        raise web_page_sent(name, url) from None
     except BadFile as e:
         os.remove(part)
-        if "web page" in str(e):
-            raise DownloadError(f"the server sent a web page instead of {name}: a captive portal or proxy? "
-                                f"({url}); nothing was kept under the final name") from None
         raise DownloadError(f"{url} sent a bad {name}: {e}; nothing was kept under the final name") from None
     os.replace(part, path)
 
@@ -271,12 +278,16 @@ def _fetch_into(url, part, quiet, size, seen=None):
         chunks = r.iter_content(chunk_size=1 << 16)  # small: when a connection breaks, the chunk in flight is lost
         first = next(chunks, b"")
         if have == 0 and model_files.looks_like_a_web_page(first):
-            raise DownloadError(f"the server sent a web page instead of {name}: a captive portal or proxy? "
-                                f"({url}); nothing was kept under the final name")
+            raise web_page_sent(name, url)
         if size is not None and total is not None and total != size:
             raise DownloadError(f"{url} is {total:,} bytes, but {name} must be {size:,}: the wrong file, or a "
                                 "mirror's error; nothing was kept under the final name")
         total = size if total is None else total  # no Content-Length: the size we know, if we know it
+        if not quiet and not sys.stderr.isatty() and (name == DATA_FILE or name.endswith(".safetensors")):
+            # a log or a notebook gets no bar: one line for the weights, the download that takes minutes
+            size_text = f"{total:,} bytes" if total is not None else "size unknown"
+            print(f"downloading {name} ({size_text}{f', from byte {have:,}' if have else ''}) from {url} into "
+                  f"{os.path.dirname(os.path.abspath(part))}", file=sys.stderr)
         bar = tqdm(total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
                    desc=name, disable=quiet or not sys.stderr.isatty())
         try:

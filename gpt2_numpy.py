@@ -222,10 +222,18 @@ def gpt2(ids, params, n_head, kv_cache=None, last_only=False, hook=no_hook):
     wte[ids] + wpe[positions] -> blocks -> ln_f -> x @ wteᵀ
     ids [B, T] or [T] -> logits [B, T, V] or [T, V]; only the last position with last_only.
     With a kv_cache, ids are the positions after those already cached."""
+    check_not_text(ids)
     ids = np.asarray(ids)
     x = gpt2_hidden(ids.reshape(1, -1) if ids.ndim == 1 else ids, params, n_head, kv_cache, last_only, hook)
     logits = x @ params["wte"].T  # [B, T, V]: the output layer is the embedding, transposed
     return logits[0] if ids.ndim == 1 else logits
+
+
+def check_not_text(ids):
+    """The model reads token ids; text given by mistake gets a TypeError saying how to make them."""
+    if isinstance(ids, (str, bytes)) or (isinstance(ids, np.ndarray) and ids.dtype.kind in "SU"):
+        raise TypeError("the model takes token ids, not text: ids = encoder.encode(text), with the encoder "
+                        "from loading.load_model(...) or bpe.get_encoder(folder)")
 
 
 def check_ids(ids, n_vocab, end, n_ctx):
@@ -308,10 +316,12 @@ def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top
     The prompt goes through the model once (filling the KV cache); then each step
     feeds only the newest token. The samples run as one batch. A sample that has
     produced `stop` (None: never stop) keeps yielding it; the loop ends when all have.
-    An empty prompt starts from <|endoftext|>, as OpenAI's unconditional sampler does.
+    An empty prompt starts from `stop`, <|endoftext|>, as OpenAI's unconditional sampler does
+    (a vocabulary of its own has its own id for it: encoder.eot).
     hook: see the top of the file; watch(logits [n_samples, V]) sees each step's logits."""
+    check_not_text(ids)
     check_sampling(n_tokens, temperature, top_k, top_p, n_samples)
-    ids = list(ids) or [ENDOFTEXT]
+    ids = list(ids) or [ENDOFTEXT if stop is None else stop]
     if len(ids) + n_tokens > hparams["n_ctx"]:
         raise UserError(f"the prompt's {len(ids)} tokens plus {n_tokens} new ones exceed "
                         f"the context of {hparams['n_ctx']} tokens")
@@ -342,6 +352,7 @@ def score(ids, params, hparams):
     """How likely the model finds a text.   ids [T] -> (logprobs [T-1], loss, perplexity)
     logprobs[i] = log p(ids[i+1] | ids[:i+1]): the first token has no prediction.
     loss = mean of -logprobs (nats per token); perplexity = exp(loss)."""
+    check_not_text(ids)
     ids = np.asarray(ids)
     if ids.ndim != 1 or len(ids) < 2:
         raise UserError("scoring needs at least 2 tokens: the first one is only context")

@@ -23,51 +23,119 @@ from errors import UserError, fail
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# number: (title, [(file, function)], [tests]). The README's "Exercises" names the same tests.
+# number: (title, [(file, function, that function's own test)], [the exercise's other tests], where the
+# program runs it). docs/exercises.md names the same tests. "where" is one of WHERE's keys.
 EXERCISES = {
     1: ("gelu, softmax, layer_norm",
-        [("gpt2_numpy.py", "gelu"), ("gpt2_numpy.py", "softmax"), ("gpt2_numpy.py", "layer_norm")],
-        ["test_gelu_is_the_tanh_approximation", "test_softmax_matches_the_definition_and_does_not_overflow",
-         "test_layer_norm_matches_the_definition"]),
+        [("gpt2_numpy.py", "gelu", "test_gelu_is_the_tanh_approximation"),
+         ("gpt2_numpy.py", "softmax", "test_softmax_matches_the_definition_and_does_not_overflow"),
+         ("gpt2_numpy.py", "layer_norm", "test_layer_norm_matches_the_definition")], [], "generate"),
     2: ("attention",
-        [("gpt2_numpy.py", "attention_scores"), ("gpt2_numpy.py", "attention_weights"), ("gpt2_numpy.py", "attention")],
-        ["test_attention_matches_the_loop", "test_attention_weights_rows_sum_to_one_and_never_look_ahead"]),
+        [("gpt2_numpy.py", "attention_scores", "test_attention_weights_rows_sum_to_one_and_never_look_ahead"),
+         ("gpt2_numpy.py", "attention_weights", "test_attention_weights_rows_sum_to_one_and_never_look_ahead"),
+         ("gpt2_numpy.py", "attention", "test_attention_matches_the_loop")], [], "generate"),
     3: ("multi-head attention",
-        [("gpt2_numpy.py", "split_heads"), ("gpt2_numpy.py", "merge_heads"), ("gpt2_numpy.py", "mha")],
-        ["test_split_and_merge_heads", "test_mha_matches_per_head_loops", "test_logits_match_hugging_face"]),
-    4: ("the KV cache", [("gpt2_numpy.py", "kv_append")],
-        ["test_kv_cache_gives_the_logits_of_full_recomputation_at_every_step"]),
-    5: ("blocked attention", [("gpt2_numpy.py", "blocked_attention")], ["test_blocked_attention_equals_attention"]),
+        [("gpt2_numpy.py", "split_heads", "test_split_and_merge_heads"),
+         ("gpt2_numpy.py", "merge_heads", "test_split_and_merge_heads"),
+         ("gpt2_numpy.py", "mha", "test_mha_matches_per_head_loops")], ["test_logits_match_hugging_face"], "generate"),
+    4: ("the KV cache", [("gpt2_numpy.py", "kv_append", "test_kv_cache_gives_the_logits_of_full_recomputation_at_every_step")],
+        [], "generate"),
+    5: ("blocked attention", [("gpt2_numpy.py", "blocked_attention", "test_blocked_attention_equals_attention")], [],
+        "generate"),
     6: ("sampling",
-        [("gpt2_numpy.py", "top_k_filter"), ("gpt2_numpy.py", "top_p_filter"), ("gpt2_numpy.py", "sample_next")],
-        ["test_top_k_keeps_the_k_largest", "test_top_p_keeps_the_smallest_set_reaching_p",
-         "test_sampling_follows_the_probabilities"]),
-    7: ("counting parameters", [("parameters.py", "count_parameters")], ["test_gpt2_totals", "test_124m_parts"]),
-    8: ("why wteᵀ", [("parameters.py", "count_tensors")], ["test_the_formula_agrees_with_the_checkpoint_tensors"]),
-    9: ("BPE merges", [("bpe.py", "merge_once"), ("bpe.py", "merge")],
-         ["test_one_merge_joins_the_pair_with_the_lowest_rank", "test_merges_match_the_classic_algorithm",
-          "test_the_fast_merge_equals_merge"]),
-    10: ("reading a checkpoint", [("checkpoint.py", "read_varint"), ("checkpoint.py", "read_footer")],
-         ["test_read_varint", "test_footer_has_the_magic_and_two_handles"]),
-    11: ("CRC-32C", [("crc32c.py", "crc32c_by_bits")], ["test_crc32c_definition_gives_the_known_answers"]),
-    12: ("the transformer block", [("gpt2_numpy.py", "transformer_block")],
-         ["test_every_stage_matches_hugging_face"]),
-    13: ("the logit lens", [("look_inside.py", "logit_lens")],
-         ["test_the_logit_lens_matches_hugging_faces_ln_f_and_head", "test_the_last_layers_lens_is_the_models_prediction"]),
+        [("gpt2_numpy.py", "top_k_filter", "test_top_k_keeps_the_k_largest"),
+         ("gpt2_numpy.py", "top_p_filter", "test_top_p_keeps_the_smallest_set_reaching_p"),
+         ("gpt2_numpy.py", "sample_next", "test_sampling_follows_the_probabilities")], [], "generate"),
+    7: ("counting parameters", [("parameters.py", "count_parameters", "test_gpt2_totals")], ["test_124m_parts"], "params"),
+    8: ("why wteᵀ", [("parameters.py", "count_tensors", "test_the_formula_agrees_with_the_checkpoint_tensors")], [],
+        "params"),
+    9: ("BPE merges",
+        [("bpe.py", "merge_once", "test_one_merge_joins_the_pair_with_the_lowest_rank"),
+         ("bpe.py", "merge", "test_merges_match_the_classic_algorithm")], ["test_the_fast_merge_equals_merge"],
+        "generate"),
+    10: ("reading a checkpoint",
+         [("checkpoint.py", "read_varint", "test_read_varint"),
+          ("checkpoint.py", "read_footer", "test_footer_has_the_magic_and_two_handles")], [], "generate"),
+    11: ("CRC-32C", [("crc32c.py", "crc32c_by_bits", "test_crc32c_definition_gives_the_known_answers")], [], "generate"),
+    12: ("the transformer block", [("gpt2_numpy.py", "transformer_block", "test_every_stage_matches_hugging_face")], [],
+         "generate"),
+    13: ("the logit lens",
+         [("look_inside.py", "logit_lens", "test_the_logit_lens_matches_hugging_faces_ln_f_and_head")],
+         ["test_the_last_layers_lens_is_the_models_prediction"], "lens"),
     14: ("previous-token and induction heads",
-         [("look_inside.py", "previous_token_scores"), ("look_inside.py", "induction_targets"),
-          ("look_inside.py", "induction_scores")],
-         ["test_previous_token_scores_on_patterns_built_by_hand", "test_induction_scores_on_patterns_built_by_hand",
-          "test_induction_and_previous_token_scores_on_the_models_cache"]),
-    15: ("ablating a head", [("look_inside.py", "zero_ablate_head"), ("look_inside.py", "loss")],
-         ["test_ablating_one_head_changes_only_its_share_of_the_attention_output",
-          "test_ablating_a_head_changes_the_loss_and_the_plain_loss_is_scores"]),
-    16: ("LayerNorm's backward", [("train.py", "layer_norm_backward")], ["test_layer_norm_backward_by_finite_differences"]),
-    17: ("attention's backward", [("train.py", "softmax_backward"), ("train.py", "attention_backward")],
-         ["test_softmax_backward_by_finite_differences", "test_attention_backward_with_its_mask_by_finite_differences"]),
-    18: ("the tied wte", [("train.py", "loss_and_grads")],
-         ["test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits", "test_every_gradient_matches_torch"]),
+         [("look_inside.py", "previous_token_scores", "test_previous_token_scores_on_patterns_built_by_hand"),
+          ("look_inside.py", "induction_targets", "test_induction_scores_on_patterns_built_by_hand"),
+          ("look_inside.py", "induction_scores", "test_induction_scores_on_patterns_built_by_hand")],
+         ["test_induction_and_previous_token_scores_on_the_models_cache"], "heads"),
+    15: ("ablating a head",
+         [("look_inside.py", "zero_ablate_head",
+           "test_ablating_one_head_changes_only_its_share_of_the_attention_output"),
+          ("look_inside.py", "loss", "test_ablating_a_head_changes_the_loss_and_the_plain_loss_is_scores")], [],
+         "ablate"),
+    16: ("LayerNorm's backward",
+         [("backward.py", "layer_norm_backward", "test_layer_norm_backward_by_finite_differences")], [], "train"),
+    17: ("attention's backward",
+         [("backward.py", "softmax_backward", "test_softmax_backward_by_finite_differences"),
+          ("backward.py", "attention_backward", "test_attention_backward_with_its_mask_by_finite_differences")], [],
+         "train"),
+    18: ("the tied wte",
+         [("backward.py", "loss_and_grads", "test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits")],
+         ["test_every_gradient_matches_torch"], "train"),
+    19: ("AdamW", [("optimizer.py", "adamw_update", "test_adamw_update_is_the_equations")],
+         ["test_ten_adamw_steps_give_torchs_losses"], "train"),
+    20: ("training a tokenizer",
+         [("bpe.py", "pair_counts", "test_pair_counts_and_merge_pair_by_hand"),
+          ("bpe.py", "merge_pair", "test_pair_counts_and_merge_pair_by_hand"),
+          ("bpe.py", "learn_merge", "test_learn_merge_takes_the_most_frequent_pair_and_the_first_of_a_tie")],
+         ["test_the_fast_trainer_is_the_plain_one"], "from_scratch"),
+    21: ("GPT-2's initialisation",
+         [("initialise.py", "residual_scale", "test_the_initialisation_has_gpt2s_statistics"),
+          ("initialise.py", "init_tensor", "test_the_initialisation_has_gpt2s_statistics")],
+         ["test_the_same_seed_gives_the_same_weights"], "from_scratch"),
 }
+
+# Where the program runs an exercise's functions, so that a student sees their own code at work.
+WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_numpy.py --params MODEL",
+         "lens": 'python gpt2_numpy.py --lens "text"', "heads": "look_inside.previous_token_scores and "
+         "induction_scores on run_with_cache's patterns", "ablate": "look_inside.loss with a zero_ablate_head hook",
+         "train": "python train.py", "from_scratch": "python train.py --from-scratch"}
+
+# The fast twins: a form the program calls for speed, the plain functions it stands for (a test
+# holds them equal), and the body it gets in a handout where one of those is an exercise. The
+# program then runs what the student wrote: slower, but exactly that.
+TWINS = {
+    ("gpt2_numpy.py", "gelu_no_temporaries"): (("gelu",), "return gelu(x)"),
+    ("bpe.py", "merge_fast"): (("merge_once", "merge"), "return self.merge(ids)"),
+    ("bpe.py", "train_merges_fast"): (("pair_counts", "merge_pair", "learn_merge"),
+                                      "return train_merges(text, n_merges, on_merge)"),
+    ("crc32c.py", "crc32c"): (("crc32c_by_bits",),
+                              "return crc32c_by_bits(data.tobytes() if isinstance(data, np.ndarray) else data)"),
+    ("backward.py", "gelu_backward_no_temporaries"): (("gelu_backward",), "return gelu_backward(x, dy)"),
+    ("backward.py", "cross_entropy_in_place"): (
+        ("cross_entropy", "cross_entropy_backward"),
+        "loss = cross_entropy(logits, targets)[0]\nlogits[...] = cross_entropy_backward(logits, targets)\nreturn loss"),
+    ("optimizer.py", "adamw_step_fast"): (
+        ("adamw_update", "adamw_step"),
+        "for g in shapes.flatten(grads).values():\n    g *= grad_scale\n"
+        "adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)"),
+}
+
+
+def functions(number):
+    """[(file, function)] of an exercise."""
+    return [(file, function) for file, function, _ in EXERCISES[number][1]]
+
+
+def tests(number):
+    """Every test of an exercise: its functions' own, then the others, each once."""
+    _, fns, more, _ = EXERCISES[number]
+    return list(dict.fromkeys([test for _, _, test in fns] + more))
+
+
+def needed_by(where):
+    """The exercises whose functions run in that program."""
+    return [n for n, exercise in EXERCISES.items() if exercise[3] == where]
+
 
 SKIP = shutil.ignore_patterns(".git", "models", "out", "__pycache__", ".pytest_cache", "*.part")
 
@@ -80,24 +148,33 @@ def function_node(tree, name):
     raise LookupError(f"no function {name}")
 
 
-def blank(source, name, message):
-    """source with the body of function `name` replaced by `raise NotImplementedError(message)`,
-    its signature and docstring kept."""
+def replace_body(source, name, body):
+    """source with the body of function `name` (at any depth) replaced by `body` (lines, indented
+    as the function's body), its signature and docstring kept."""
     node = function_node(ast.parse(source), name)
-    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    old = node.body[1:] if ast.get_docstring(node) is not None else node.body
     lines = source.splitlines(keepends=True)
-    indent = " " * body[0].col_offset if body else " " * (node.col_offset + 4)
-    first = body[0].lineno - 1 if body else node.body[0].end_lineno
-    return "".join(lines[:first] + [f"{indent}raise NotImplementedError({message!r})\n"] + lines[node.end_lineno:])
+    indent = " " * old[0].col_offset if old else " " * (node.col_offset + 4)
+    first = old[0].lineno - 1 if old else node.body[0].end_lineno
+    new = [f"{indent}{line}\n" if line else "\n" for line in body.split("\n")]
+    return "".join(lines[:first] + new + lines[node.end_lineno:])
+
+
+def blank(source, name, message):
+    """source with the body of function `name` replaced by `raise NotImplementedError(message)`."""
+    return replace_body(source, name, f"raise NotImplementedError({message!r})")
 
 
 def exercise_message(number, function):
-    title, _, tests = EXERCISES[number]
-    return f"exercise {number} ({title}): write {function}; then run python -m pytest -q -k {tests[0]}"
+    title = EXERCISES[number][0]
+    test = next(t for _, f, t in EXERCISES[number][1] if f == function)
+    return f"exercise {number} ({title}): write {function}; then run python -m pytest -q -k {test}"
 
 
-def write_handout(out, numbers, root=HERE):
-    """Copy the project at root to out, with the functions of the exercises `numbers` blanked."""
+def write_handout(out, numbers, root=HERE, bodies=None):
+    """Copy the project at root to out, with the functions of the exercises `numbers` blanked,
+    and each fast twin of a blanked function made a call to it (TWINS).
+    bodies: {function: body} to write instead of a blank (a test's stand-in for a student)."""
     unknown = [n for n in numbers if n not in EXERCISES]
     if unknown:
         raise UserError(f"no exercise {unknown[0]}: choose from 1 to {max(EXERCISES)}")
@@ -109,14 +186,28 @@ def write_handout(out, numbers, root=HERE):
         return set(SKIP(folder, names)) | {n for n in names if os.path.abspath(os.path.join(folder, n)) == inside}
 
     shutil.copytree(root, out, ignore=ignore, dirs_exist_ok=True)
-    for number in numbers:
-        for file, function in EXERCISES[number][1]:
-            path = os.path.join(out, file)
-            with open(path, encoding="utf-8") as f:
-                source = f.read()
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(blank(source, function, exercise_message(number, function)))
+    blanked = {function for n in numbers for _, function in functions(n)}
+    edits = [(file, function, (bodies or {}).get(function) or f"raise NotImplementedError("
+              f"{exercise_message(n, function)!r})") for n in numbers for file, function in functions(n)]
+    edits += [(file, twin, body) for (file, twin), (plain, body) in TWINS.items() if blanked & set(plain)]
+    for file, function, body in edits:
+        path = os.path.join(out, file)
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(replace_body(source, function, body))
     return out
+
+
+def programs_waiting(numbers):
+    """Which of these exercises the command line needs done before it runs, and what the other
+    programs need besides."""
+    first = [n for n in needed_by("generate") if n in numbers]
+    lines = [f"{WHERE['generate']} needs exercise{'s' * (len(first) > 1)} {', '.join(map(str, first))} done before "
+             "it runs" if first else f"{WHERE['generate']} runs as it is: none of these exercises is on its path"]
+    lines += [f"  and {WHERE[w]} needs {', '.join(map(str, todo))} too" for w in WHERE
+              if w != "generate" and (todo := [n for n in needed_by(w) if n in numbers])]
+    return lines
 
 
 def main(argv=None):
@@ -127,15 +218,20 @@ def main(argv=None):
     p.error = fail
     args = p.parse_args(argv)
     if args.list or not args.out:
-        for number, (title, functions, tests) in EXERCISES.items():
-            print(f"{number:>2}. {title}: {', '.join(f for _, f in functions)}  (tests: {', '.join(tests)})")
+        for number, (title, fns, _, where) in EXERCISES.items():
+            print(f"{number:>2}. {title}: {', '.join(f for _, f, _ in fns)}  (tests: {', '.join(tests(number))}; "
+                  f"runs in {WHERE[where]})")
+        print()
+        print("\n".join(programs_waiting(list(EXERCISES))))
         return 0
+    numbers = args.numbers or list(EXERCISES)
     try:
-        write_handout(args.out, args.numbers or list(EXERCISES))
+        write_handout(args.out, numbers)
     except UserError as e:
         fail(str(e))
-    print(f"{args.out}: exercises {', '.join(map(str, args.numbers or EXERCISES))} to do; "
+    print(f"{args.out}: exercises {', '.join(map(str, numbers))} to do; "
           f"run the tests there with python -m pytest -q -k NAME")
+    print("\n".join(programs_waiting(numbers)))
     return 0
 
 

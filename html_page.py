@@ -54,13 +54,13 @@ def write_page(path, ids, encoder, params, hparams, title="GPT-2"):
         raise UserError(f"the page for {T} tokens would hold {estimate / 1e6:,.0f} MB of attention weights: "
                         "use a shorter prompt")
     names = look_inside.lens_names(L) + [f"blocks.{i}.attn.hook_pattern" for i in range(L)]
-    logits, cache = look_inside.run_with_cache([ids], params, hparams, names=names)
+    logits, cache = look_inside.run_with_cache([ids], params, hparams, names=names)  # the one forward pass
     patterns = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(L)])  # [L, H, T, T]
-    lens = look_inside.logit_lens([ids], params, hparams)
+    lens = look_inside.logit_lens([ids], params, hparams, run=(logits, cache))
     top, probs, logprobs = look_inside.next_token_table(logits[0, -1], N_NEXT)
     data = page_data([encoder.decode([i]) for i in ids], patterns,
                      [[encoder.decode([int(i)]) for i in row] for row in lens["top"][:, 0]], lens["top_prob"][:, 0],
-                     ["embed"] + [f"h{i}" for i in range(L)],
+                     look_inside.lens_labels(L),
                      [(encoder.decode([int(i)]), p, lp) for i, p, lp in zip(top, probs, logprobs)], title)
     text = render_page(data)
     tmp = None

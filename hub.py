@@ -47,8 +47,7 @@ def check_hub_file(file, path, seen):
     file whose SHA-256 is the Hub's (when it gave one) and whose header fits its size."""
     with open(path, "rb") as f:
         head = f.read(4096)
-    if model_files.looks_like_a_web_page(head):
-        raise BadFile("it is a web page (HTML or XML), not a model file")
+    model_files.check_not_a_web_page(head)
     if file.endswith(".json"):
         try:
             with open(path, encoding="utf-8") as f:

@@ -103,7 +103,7 @@ def name_filter(names, known):
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UserError(f"no activation is called {unknown[0]!r}: names look like blocks.0.attn.hook_pattern "
-                        "(see look_inside.activation_shapes)", arg="names")
+                        "(see look_inside.activation_shapes)")
     return set(names).__contains__
 
 
@@ -164,7 +164,7 @@ def run_with_hooks(ids, params, hparams, hooks):
 def check_hook_names(hooks, known):
     unknown = [n for n in hooks if n not in known]
     if unknown:
-        raise UserError(f"no activation is called {unknown[0]!r}: names look like blocks.0.attn.hook_z", arg="hooks")
+        raise UserError(f"no activation is called {unknown[0]!r}: names look like blocks.0.attn.hook_z")
 
 
 def trace(ids, params, hparams, blocks=None):
@@ -190,16 +190,24 @@ def residual_stream(cache, n_layer):
 
 
 def lens_names(n_layer):
+    """The activations the logit lens reads, one a layer (the embedding's, then each block's output)."""
     return ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(n_layer)]
 
 
-def logit_lens(ids, params, hparams, target=None):
+def lens_labels(n_layer):
+    """The lens's rows, as the tables and the page show them: embed, h0, h1, ..."""
+    return ["embed"] + [f"h{i}" for i in range(n_layer)]
+
+
+def logit_lens(ids, params, hparams, target=None, run=None):
     """What each layer would predict if the model stopped there: ln_f(resid) @ wteᵀ at the
     embedding and after each block, at every position.
     target [B, T] (default: the model's own final prediction at each position).
+    run: (logits, cache) of run_with_cache on these ids, holding lens_names(L), to read instead of
+    running the model again.
     -> {"top" [L+1, B, T] ids, "top_prob", "target" [B, T], "target_prob", "target_rank" [L+1, B, T]}
     The last layer's lens is the model's logits."""
-    logits, cache = run_with_cache(ids, params, hparams, names=lens_names(hparams["n_layer"]))
+    logits, cache = run or run_with_cache(ids, params, hparams, names=lens_names(hparams["n_layer"]))
     target = logits.argmax(-1) if target is None else np.asarray(target).reshape(logits.shape[:2])
     out = {k: [] for k in ("top", "top_prob", "target_prob", "target_rank")}
     for resid in residual_stream(cache, hparams["n_layer"]):

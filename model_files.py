@@ -40,6 +40,16 @@ class BadFile(Exception):
     """A file's content is not what it should be; str(e) says how, in a few words."""
 
 
+class WebPage(BadFile):
+    """A file that is a web page: what a captive portal or a proxy sends instead of the file."""
+
+
+def check_not_a_web_page(head):
+    """WebPage if a file's first bytes are a web page's."""
+    if looks_like_a_web_page(head):
+        raise WebPage("it is a web page (HTML or XML), not a model file")
+
+
 def looks_like_a_web_page(head):
     """The first bytes of a body are HTML or XML: a captive portal's login page, a proxy's
     error, a cloud bucket's <Error><Code>NoSuchKey</Code>. No model file starts like that."""
@@ -67,8 +77,7 @@ def check_file(name, path, model, context):
             head = f.read(4096)
     except OSError as e:
         raise BadFile(e.strerror) from None
-    if looks_like_a_web_page(head):
-        raise BadFile("it is a web page (HTML or XML), not a model file")
+    check_not_a_web_page(head)
     want = expected_size(name, model, context)
     if want is not None and size != want:
         raise BadFile(f"it has {size:,} bytes, not {want:,}")
@@ -107,9 +116,9 @@ def check_hparams(path, model):
             hp = json.load(f)
     except (ValueError, UnicodeDecodeError):
         raise BadFile("it is not valid JSON") from None
-    if not isinstance(hp, dict) or not all(isinstance(hp.get(k), int) and not isinstance(hp.get(k), bool) and
-                                           hp[k] > 0 for k in shapes.HPARAM_KEYS):
-        raise BadFile(f"it needs positive integers {', '.join(shapes.HPARAM_KEYS)}")
+    problem = shapes.hparams_problem(hp)
+    if problem:
+        raise BadFile(f"it {problem}")
     hp = {k: hp[k] for k in shapes.HPARAM_KEYS}
     if model is not None and hp != shapes.hparams(model):
         raise BadFile(f"it does not hold {model}'s hyperparameters")
@@ -149,10 +158,3 @@ def verify_and_mark(folder, quiet=True):
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(stamp(os.path.join(folder, DATA_FILE)), f)
     os.replace(tmp, os.path.join(folder, MARKER))
-
-
-def forget_verification(folder):
-    try:
-        os.remove(os.path.join(folder, MARKER))
-    except FileNotFoundError:
-        pass

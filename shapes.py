@@ -20,6 +20,16 @@ SIZES = {  # the four released models: their hparams.json
 HPARAM_KEYS = ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")  # what hparams.json holds
 
 
+def hparams_problem(hp):
+    """What is wrong with an hparams.json's content, in a few words; None when nothing is."""
+    if not isinstance(hp, dict) or not all(isinstance(hp.get(k), int) and not isinstance(hp.get(k), bool) and hp[k] > 0
+                                           for k in HPARAM_KEYS):
+        return f"needs positive integers {', '.join(HPARAM_KEYS)}"
+    if hp["n_embd"] % hp["n_head"]:
+        return f"has n_embd {hp['n_embd']}, not a multiple of n_head {hp['n_head']}"
+    return None
+
+
 def hparams(size):
     """The hparams.json of a released size: {n_vocab, n_ctx, n_embd, n_head, n_layer}."""
     return dict(SIZES[size])

@@ -53,14 +53,15 @@ def medians(times):
 def numpy_step(args):
     import numpy as np
 
+    import optimizer
     import train
     from checkpoint import load_checkpoint
     hp, params = load_checkpoint(args.folder)
     params = train.trainable(params)  # the read-only file views are dropped here
-    state, buffers = train.new_adamw_state(params), {}
+    state, buffers = optimizer.new_adamw_state(params), {}
     tokens = np.random.default_rng(0).integers(0, hp["n_vocab"], 100_000)
-    settings = train.parse_args(["--data", "-", "--out", "-", "--batch-size", str(args.batch_size),
-                                 "--context", str(args.context), "--steps", str(args.steps)])
+    recipe = dict(steps=args.steps, batch_size=args.batch_size, context=args.context, accum=1, lr=1e-4,
+                  min_lr_ratio=0.1, warmup=0, weight_decay=0.1, grad_clip=1.0, dropout=0.0, seed=0)  # train.py's defaults
     times = {"forward and backward": [], "AdamW": []}
     adamw = train.adamw_step_fast
 
@@ -73,7 +74,7 @@ def numpy_step(args):
     for step in range(args.steps):
         times["AdamW"].append(0.0)
         t = time.perf_counter()
-        train.train_step(params, hp, state, tokens, step, settings, buffers)
+        train.train_step(params, hp["n_head"], state, tokens, step, buffers=buffers, **recipe)
         times["forward and backward"].append(time.perf_counter() - t - times["AdamW"][-1])
     return medians(times)
 

@@ -27,6 +27,16 @@ def rand(*shape, seed=0, scale=1.0):
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
+GRAD_GOLDEN = np.load(os.path.join(DATA, "grad_golden.npz"))  # torch's gradients: tests/data/make_grad_golden.py
+
+
+@pytest.fixture(scope="session")
+def models():
+    """{'tiny', 'odd'}: (hparams, params) of the committed real-TensorFlow checkpoints."""
+    from checkpoint import load_checkpoint
+    return {name: load_checkpoint(checkpoint_dir(name)) for name in ("tiny", "odd")}
+
+
 def checkpoint_dir(name):
     """A committed real-TensorFlow checkpoint: 'tiny', 'odd' or 'many'."""
     return os.path.join(DATA, name)
@@ -192,10 +202,11 @@ def closed_port():
 
 
 # The order a student meets failures in: the building blocks before the model built from
-# them, the model before the programs built on it. Files not listed run last.
-FILE_ORDER = ["test_blocks.py", "test_crc32c.py", "test_bpe.py", "test_checkpoint.py", "test_model.py",
-              "test_look_inside.py", "test_train.py", "test_params.py", "test_download.py", "test_cli.py",
-              "test_exercises.py"]
+# them, the model before the programs built on it. test_layout.py holds this list to every test file.
+FILE_ORDER = ["test_blocks.py", "test_crc32c.py", "test_bpe.py", "test_bpe_train.py", "test_checkpoint.py", "test_model.py",
+              "test_initialise.py", "test_backward.py", "test_optimizer.py", "test_parallel.py", "test_look_inside.py", "test_train.py",
+              "test_params.py", "test_hf.py", "test_download.py", "test_cli.py", "test_html_page.py",
+              "test_layout.py", "test_real_weights.py", "test_exercises.py"]
 
 
 def pytest_collection_modifyitems(items):

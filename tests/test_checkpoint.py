@@ -1,4 +1,5 @@
 """checkpoint.py: reading TensorFlow checkpoints without TensorFlow: format, integrity, and corrupt files."""
+import json
 import os
 import random
 import shutil
@@ -198,3 +199,20 @@ def test_writing_over_a_checkpoint_replaces_it_whole_or_not_at_all(tmp_path):
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**35, 2**63])
 def test_varint_is_read_varints_inverse(value):
     assert checkpoint.read_varint(checkpoint.varint(value), 0) == (value, len(checkpoint.varint(value)))
+
+
+def test_one_rule_for_hparams_json_wherever_it_is_read(tmp_path):
+    import model_files
+    import shapes
+    from checkpoint import read_hparams
+    good = {"n_vocab": 10, "n_ctx": 8, "n_embd": 6, "n_head": 2, "n_layer": 1}
+    assert shapes.hparams_problem(good) is None
+    for bad, problem in [({**good, "n_head": 4}, "has n_embd 6, not a multiple of n_head 4"),
+                         ({**good, "n_ctx": 0}, "needs positive integers n_vocab, n_ctx, n_embd, n_head, n_layer"),
+                         ({**good, "n_layer": True}, "needs positive integers"), ([1], "needs positive integers")]:
+        assert shapes.hparams_problem(bad).startswith(problem)
+        (tmp_path / "hparams.json").write_text(json.dumps(bad))
+        with pytest.raises(CheckpointError, match=problem):
+            read_hparams(str(tmp_path))
+        with pytest.raises(model_files.BadFile, match="it " + problem):
+            model_files.check_hparams(str(tmp_path / "hparams.json"), None)

@@ -43,8 +43,10 @@ def text(r):
 
 
 def assert_one_line_error(r, message):
+    """Exit 2 and one line, the error (after the line that says a download started, if one did)."""
     out, err = text(r)
     assert r.returncode == 2, err
+    err = "".join(line for line in err.splitlines(keepends=True) if not line.startswith("downloading "))
     assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
 
 
@@ -173,7 +175,7 @@ def test_top_prints_the_next_token_table(site, encoder):
 def test_top_without_a_prompt_is_after_endoftext(site):
     mirror, models = site
     out = text(run("--models-dir", models, "--top", "2"))[0].splitlines()
-    assert out[0] == "after 1 tokens, ...'<|endoftext|>':" and len(out) == 4
+    assert out[0] == "after 1 token, ...'<|endoftext|>':" and len(out) == 4
 
 
 def test_json_generation_gives_each_steps_alternatives_after_the_sampling_settings(site):
@@ -259,6 +261,12 @@ def test_help_is_complete(script):
     (["--score"], "--score, --trace, --lens and --html need a text"),
     (["--lens"], "--score, --trace, --lens and --html need a text"),
     (["--top", "0", "hi"], "--top must be at least 1"),
+    (["--greedy", "--temperature", "0.7", "hi"], "--greedy is --temperature 0: give one of them"),
+    (["--lens", "--n-samples", "2", "hi"], "--n-samples is for generating text; --lens reads the text once"),
+    (["--score", "--seed", "3", "hi"], "--seed is for generating text; --score reads the text once"),
+    (["--top", "3", "--temperature", "0.5", "hi"], "--temperature is for generating text; --top reads"),
+    (["--trace-block", "1", "hi"], "--trace-block goes with --trace"),
+    (["--model", os.path.join(ROOT, "README.md"), "hi"], "README.md: is not a folder: --model takes a model folder"),
 ])
 def test_bad_arguments(args, message):
     assert_one_line_error(run(*args), message)
@@ -375,3 +383,35 @@ def test_ctrl_c_during_generation_exits_130(monkeypatch, tmp_path):
     monkeypatch.setattr(g, "generate", interrupted)
     folder = model_folder_copy("tiny", str(tmp_path / "tiny"))
     assert cli.main(["hi", "--model", folder, "--quiet"]) == 130
+
+
+def test_no_prompt_says_it_samples_unconditionally_and_counts_endoftext(site):
+    mirror, models = site
+    r = run("--models-dir", models, "--n-tokens", "3", "--seed", "0", "--no-stop")
+    out, err = text(r)
+    assert r.returncode == 0 and out.strip()
+    assert err.splitlines()[0] == "no prompt: sampling unconditionally, after <|endoftext|>"
+    assert "prompt of 1 token and first token" in err and "3 tokens in" in err
+    js = json.loads(text(run("--models-dir", models, "--n-tokens", "2", "--seed", "0", "--json"))[0])
+    assert js["prompt_ids"] == [50256]
+
+
+def test_a_download_without_a_terminal_says_what_how_big_and_where(tmp_path):
+    mirror = tiny_mirror(str(tmp_path / "mirror"))
+    try:
+        r = run("--models-dir", str(tmp_path / "models"), "--base-url", mirror.url, "--n-tokens", "1", "hi")
+    finally:
+        mirror.close()
+    err = text(r)[1]
+    size = os.path.getsize(os.path.join(DATA, "tiny", "model.ckpt.data-00000-of-00001"))
+    lines = [line for line in err.splitlines() if line.startswith("downloading ")]
+    assert r.returncode == 0 and len(lines) == 1, err
+    assert lines[0] == (f"downloading model.ckpt.data-00000-of-00001 ({size:,} bytes) from {mirror.url}/124M/"
+                        f"model.ckpt.data-00000-of-00001 into {tmp_path / 'models' / '124M'}")
+
+
+def test_text_given_to_the_api_instead_of_ids_says_how_to_get_ids():
+    for call in (lambda: list(g.generate("Hello", None, {"n_ctx": 8})), lambda: g.score("Hello", None, {}),
+                 lambda: g.gpt2("Hello", None, 2), lambda: g.gpt2(np.array(["Hello"]), None, 2)):
+        with pytest.raises(TypeError, match=r"takes token ids, not text: ids = encoder.encode\(text\)"):
+            call()

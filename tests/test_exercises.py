@@ -1,9 +1,11 @@
-"""The exercise loop works in a classroom: every test the README names exists, and each
-exercise, blanked by handout.py, fails its tests with a message naming it, and passes restored."""
+"""The exercise loop works in a classroom: every test docs/exercises.md names exists; each exercise,
+blanked by handout.py, fails its tests with a message naming it, and passes restored; and the
+program runs what the student writes (a wrong body changes what it prints)."""
 import ast
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -13,12 +15,15 @@ import handout
 from conftest import HERE, ROOT
 
 
-def readme_exercises():
-    """{number: [test names]} from the README's "Exercises" section."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        section = f.read().split("\n## Exercises\n", 1)[1].split("\n## ", 1)[0]
-    items = re.split(r"\n(?=\d+\. \*\*)", section)
-    return {int(item.split(".", 1)[0]): re.findall(r"`(?:tests/\w+\.py::)?(test_\w+)`", item)
+EXERCISES_DOC = os.path.join(ROOT, "docs", "exercises.md")
+
+
+def documented_exercises():
+    """{number: [test names]} from docs/exercises.md: every item "N. **title**", wherever it stands."""
+    with open(EXERCISES_DOC, encoding="utf-8") as f:
+        items = re.split(r"\n(?=\d+\. \*\*)", f.read())
+    items = [item.split("\n#", 1)[0] for item in items]  # an item ends at the next heading, if one comes first
+    return {int(item.split(".", 1)[0]): list(dict.fromkeys(re.findall(r"`(?:tests/\w+\.py::)?(test_\w+)`", item)))
             for item in items if re.match(r"\d+\. \*\*", item)}
 
 
@@ -30,21 +35,21 @@ def defined_tests():
     return {n for n in names if n.startswith("test_")}
 
 
-def test_every_test_the_readme_names_exists():
-    named = readme_exercises()
+def test_every_test_the_docs_name_exists():
+    named = documented_exercises()
     assert sorted(named) == list(range(1, len(named) + 1)) and len(named) >= 12
     missing = sorted({t for tests in named.values() for t in tests} - defined_tests())
-    assert not missing, f"the README names tests that do not exist, so their -k selects nothing: {missing}"
+    assert not missing, f"docs/exercises.md names tests that do not exist, so their -k selects nothing: {missing}"
 
 
-def test_the_readme_and_the_handout_name_the_same_tests():
-    assert readme_exercises() == {n: tests for n, (_, _, tests) in handout.EXERCISES.items()}
+def test_the_docs_and_the_handout_name_the_same_tests():
+    assert {n: sorted(t) for n, t in documented_exercises().items()} == {n: sorted(handout.tests(n)) for n in handout.EXERCISES}
 
 
-def test_the_readme_gives_one_command_for_every_exercise():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        section = f.read().split("\n## Exercises\n", 1)[1].split("\n## ", 1)[0]
-    assert "python -m pytest -q -k NAME" in section and "tests/test_model.py -k" not in section
+def test_the_docs_give_one_command_for_every_exercise():
+    with open(EXERCISES_DOC, encoding="utf-8") as f:
+        text = f.read()
+    assert "python -m pytest -q -k NAME" in text and "tests/test_model.py -k" not in text
 
 
 def run_tests(folder, tests):
@@ -55,18 +60,24 @@ def run_tests(folder, tests):
 
 @pytest.mark.parametrize("number", list(handout.EXERCISES))
 def test_a_blanked_exercise_fails_its_tests_naming_the_exercise(tmp_path, number):
-    title, functions, tests = handout.EXERCISES[number]
+    title = handout.EXERCISES[number][0]
+    tests = handout.tests(number)
     folder = handout.write_handout(str(tmp_path / "class"), [number])
     r = run_tests(folder, tests)
     assert r.returncode == 1, r.stdout[-2000:]
     failed = re.findall(r"^FAILED \S+::(test_\w+)", r.stdout, re.M)
     assert set(failed) == set(tests), (failed, r.stdout[-2000:])
-    assert f"exercise {number} ({title}): write" in r.stdout
+    assert f"exercise {number} ({title}): write " in r.stdout
+    for file, function, test in handout.EXERCISES[number][1]:  # each blank names its own function's test
+        with open(os.path.join(folder, file), encoding="utf-8") as f:
+            body = body_of_source(f.read(), function)
+        message = f"exercise {number} ({title}): write {function}; then run python -m pytest -q -k {test}"
+        assert body == f"raise NotImplementedError({message!r})", body
 
 
 def test_restored_every_exercise_passes(tmp_path):
     folder = handout.write_handout(str(tmp_path / "class"), [])
-    tests = [t for _, _, ts in handout.EXERCISES.values() for t in ts]
+    tests = [t for n in handout.EXERCISES for t in handout.tests(n)]
     r = run_tests(folder, tests)
     assert r.returncode == 0, r.stdout[-2000:]
     assert re.search(r"^\d+ passed", r.stdout.splitlines()[-1])
@@ -108,3 +119,130 @@ def test_a_handout_inside_the_project_does_not_copy_itself(tmp_path):
     assert not (project / "class" / "class").exists()
     with open(project / "class" / "gpt2_numpy.py", encoding="utf-8") as f:
         assert "exercise 4 (the KV cache): write kv_append" in f.read()
+
+
+# --- the program runs what the student writes ------------------------------------------------
+
+PROMPT = "Alan Turing theorized that computers would one day become"
+HEADS = """import numpy as np, loading, look_inside
+encoder, hp, params = loading.load_model("model")
+ids = encoder.encode("the cat sat on the mat, and the cat sat on the mat")
+_, cache = look_inside.run_with_cache([ids], params, hp, names=lambda n: n.endswith("hook_pattern"))
+pattern = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(hp["n_layer"])])
+print(look_inside.previous_token_scores(pattern).round(5).tolist(), look_inside.induction_scores(pattern, ids).round(5).tolist())
+"""
+ABLATE = """import loading, look_inside
+encoder, hp, params = loading.load_model("model")
+ids = [encoder.encode("the cat sat on the mat, and the dog ran to the park")]
+print(round(look_inside.loss(ids, params, hp), 5), round(look_inside.loss(ids, params, hp, {"blocks.1.attn.hook_z": look_inside.zero_ablate_head(1)}), 5))
+"""
+PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the project
+    "generate": ["gpt2_numpy.py", "--model", "model", "--seed", "1", "--top-k", "20", "--top-p", "0.9", "--n-tokens",
+                 "8", "--quiet", PROMPT],
+    "params": ["gpt2_numpy.py", "--params", "model"],
+    "lens": ["gpt2_numpy.py", "--model", "model", "--lens", PROMPT],
+    "heads": ["-c", HEADS],
+    "ablate": ["-c", ABLATE],
+    "train": ["train.py", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "3",
+              "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "100", "--quiet"],
+    "from_scratch": ["train.py", "--from-scratch", "--data", "notes.txt", "--out", "trained", "--vocab-size", "270",
+                     "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--context", "16", "--batch-size", "2",
+                     "--steps", "3", "--eval-every", "1", "--sample-every", "100", "--quiet"],
+}
+# Bodies a student might write by mistake: each runs, but the program's output changes.
+WRONG = {
+    "gelu": "return x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x ** 3)))",  # the 0.5 forgotten
+    "merge_once": "return None",  # never merges: every byte stays a token
+    "layer_norm": "return (x - x.mean(axis=-1, keepdims=True)) * g + b",  # not divided by the deviation
+    "layer_norm_backward": "return dy * g, (dy * x).sum(axis=(0, 1)), dy.sum(axis=(0, 1))",  # x̂'s dependence on x forgotten
+    "adamw_update": "m[...] = beta1 * m + (1 - beta1) * grad\nv[...] = beta2 * v + (1 - beta2) * grad * grad\n"
+                    "p -= lr * m / (np.sqrt(v) + eps)",  # no bias correction, no decay
+    "learn_merge": "counts = pair_counts(pieces)\nif not counts:\n    return None, pieces\n"
+                   "best = min(counts, key=counts.get)\nreturn best, [merge_pair(ids, best, new_id) for ids in pieces]",
+    "init_tensor": "if name.endswith('/b'):\n    return np.zeros(shape, np.float32)\nif name.endswith('/g'):\n"
+                   "    return np.ones(shape, np.float32)\nreturn rng.normal(0.0, STD, shape).astype(np.float32)",
+}
+
+
+def project_copy(folder, numbers, bodies=None):
+    """A handout, with a model folder (the tiny checkpoint and the vocabulary) and a text to train on."""
+    handout.write_handout(folder, numbers, bodies=bodies)
+    model = os.path.join(folder, "model")
+    os.makedirs(model)
+    for source in (os.path.join(ROOT, "tests", "data", "tiny"), os.path.join(ROOT, "data", "gpt2-vocab")):
+        for f in os.listdir(source):
+            if not f.endswith(".md") and f != "LICENSE":
+                shutil.copy(os.path.join(source, f), model)
+    words = "the cat sat on a mat and the dog ran to the park while birds sang".split()
+    with open(os.path.join(folder, "notes.txt"), "w", encoding="utf-8") as f:
+        f.write(" ".join(words[i * 7 % len(words)] for i in range(600)))
+    return folder
+
+
+def run_program(folder, where):
+    shutil.rmtree(os.path.join(folder, "trained"), ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, *PROGRAMS[where]], cwd=folder, capture_output=True, text=True, env=env,
+                       timeout=300)
+    return r.returncode, r.stdout, r.stderr
+
+
+@pytest.fixture(scope="module")
+def originals(tmp_path_factory):
+    """Every program's output on the whole project (a copy with no exercise blanked)."""
+    folder = project_copy(str(tmp_path_factory.mktemp("p") / "whole"), [])
+    out = {where: run_program(folder, where) for where in PROGRAMS}
+    for where, (code, stdout, stderr) in out.items():
+        assert code == 0 and stdout, (where, stderr)
+    return out
+
+
+def body_of(file, function):
+    """A function's body as written in the project, docstring left out, dedented."""
+    with open(os.path.join(ROOT, file), encoding="utf-8") as f:
+        return body_of_source(f.read(), function)
+
+
+def body_of_source(source, function):
+    node = handout.function_node(ast.parse(source), function)
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    lines = source.splitlines()[body[0].lineno - 1:node.end_lineno]
+    return "\n".join(line[body[0].col_offset:] for line in lines)
+
+
+def test_every_program_is_named_and_every_twin_and_its_plain_forms_exist():
+    assert set(PROGRAMS) == set(handout.WHERE) == {e[3] for e in handout.EXERCISES.values()}
+    for (file, twin), (plains, _) in handout.TWINS.items():
+        body_of(file, twin)
+        for plain in plains:
+            body_of(file, plain)
+
+
+@pytest.mark.parametrize("number", list(handout.EXERCISES))
+def test_the_program_runs_the_students_code(tmp_path, originals, number):
+    """Blanked, the exercise stops its program (and the command line, if it is on its path);
+    written right, the program prints what the whole project prints; written wrong, it prints
+    something else. So the program runs the student's functions, not a fast twin beside them."""
+    where = handout.EXERCISES[number][3]
+    blank = project_copy(str(tmp_path / "blank"), [number])
+    code, _, stderr = run_program(blank, where)
+    assert code != 0 and f"exercise {number} (" in stderr, stderr[-1000:]
+    if where != "generate":
+        code, _, stderr = run_program(blank, "generate")
+        assert (code != 0) == (number in handout.needed_by("generate")), stderr[-1000:]
+    right = {function: body_of(file, function) for file, function in handout.functions(number)}
+    assert run_program(project_copy(str(tmp_path / "right"), [number], right), where) == originals[where]
+    wrong = {function: WRONG[function] for _, function in handout.functions(number) if function in WRONG}
+    if wrong:
+        code, stdout, stderr = run_program(project_copy(str(tmp_path / "wrong"), [number], {**right, **wrong}), where)
+        assert code == 0 and stdout != originals[where][1], stderr[-1000:]
+
+
+def test_a_merge_that_never_merges_shows_in_bpe_py(tmp_path):
+    """The issue's own example: python bpe.py TEXT must show the student's merge_once at work."""
+    whole = project_copy(str(tmp_path / "whole"), [])
+    wrong = project_copy(str(tmp_path / "wrong"), [9], {"merge_once": WRONG["merge_once"],
+                                                        "merge": body_of("bpe.py", "merge")})
+    runs = [subprocess.run([sys.executable, "bpe.py", "tokenization is unbelievable"], cwd=f, capture_output=True,
+                           text=True) for f in (whole, wrong)]
+    assert runs[0].returncode == runs[1].returncode == 0 and runs[0].stdout != runs[1].stdout

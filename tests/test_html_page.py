@@ -81,3 +81,15 @@ def test_too_long_a_prompt_for_a_page_is_refused_before_any_work():
     with pytest.raises(html_page.UserError, match="use a shorter prompt"):
         html_page.write_page("unused.html", list(range(1024)), None, None, hp)
     assert not os.path.exists("unused.html")
+
+
+def test_the_page_runs_the_model_once_and_labels_the_lens_as_the_table_does(tmp_path, monkeypatch):
+    encoder = bpe.get_encoder(VOCAB)
+    hp, params = load_checkpoint(checkpoint_dir("tiny"))
+    calls = []
+    forward = li.gpt2
+    monkeypatch.setattr(li, "gpt2", lambda *a, **k: calls.append(1) or forward(*a, **k))
+    html_page.write_page(str(tmp_path / "p.html"), encoder.encode("one two three"), encoder, params, hp)
+    assert len(calls) == 1
+    assert li.lens_labels(2) == ["embed", "h0", "h1"]
+    assert embedded((tmp_path / "p.html").read_text(encoding="utf-8"))["layers"] == li.lens_labels(hp["n_layer"])

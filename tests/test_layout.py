@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import bpe
-from conftest import ROOT
+from conftest import FILE_ORDER, HERE, ROOT
 
 PROJECT = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
 
@@ -79,3 +79,20 @@ def test_what_the_program_reads_at_run_time_is_not_under_tests():
     vocab = os.path.relpath(bpe.DEFAULT_VOCAB_DIR, ROOT)
     assert vocab.split(os.sep)[0] == "data"
     assert all(os.path.isfile(os.path.join(bpe.DEFAULT_VOCAB_DIR, f)) for f in ("encoder.json", "vocab.bpe", "LICENSE"))
+
+
+def test_every_test_file_has_its_place_in_the_order():
+    files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(HERE, "test_*.py")))
+    assert sorted(FILE_ORDER) == files
+
+
+def test_the_readme_is_a_front_door_and_its_links_lead_somewhere():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert readme.count("\n") <= 350
+    import re
+    links = re.findall(r"\]\((docs/[\w.]+)\)", readme)
+    assert {"docs/exercises.md", "docs/performance.md", "docs/fine_tuning.md", "docs/look_inside.md"} <= set(links)
+    assert all(os.path.isfile(os.path.join(ROOT, link)) for link in links)
+    listed = set(re.findall(r"^    (\w+\.py) ", readme, re.M))
+    assert listed == {f + ".py" for f in PROJECT}, "the README's map names every module, and only those"

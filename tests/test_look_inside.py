@@ -73,7 +73,7 @@ def test_a_names_filter_keeps_only_what_is_asked(models):
     assert sorted(cache) == ["blocks.1.attn.hook_pattern", "hook_embed"]
     _, cache = li.run_with_cache([[1, 2, 3]], params, hp, names=lambda n: n.endswith("hook_resid_post"))
     assert list(cache) == [f"blocks.{i}.hook_resid_post" for i in range(3)]
-    with pytest.raises(li.UserError, match="no activation is called 'blocks.9.hook_z'"):
+    with pytest.raises(li.UserError, match="^no activation is called 'blocks.9.hook_z': names look like"):
         li.run_with_cache([[1, 2, 3]], params, hp, names=["blocks.9.hook_z"])
 
 
@@ -188,7 +188,7 @@ def test_hooks_in_generate_see_only_the_new_positions(models):
 
 def test_bad_hooks_are_clear_errors(models):
     hp, params = models["odd"]
-    with pytest.raises(li.UserError, match="no activation is called 'blocks.0.hook_q'"):
+    with pytest.raises(li.UserError, match="^no activation is called 'blocks.0.hook_q'"):
         li.run_with_hooks([[1, 2]], params, hp, {"blocks.0.hook_q": lambda x, n: x})
     with pytest.raises(li.UserError, match="is not a function"):
         li.run_with_hooks([[1, 2]], params, hp, {"hook_embed": 3})

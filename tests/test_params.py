@@ -45,3 +45,11 @@ def test_every_published_gpt3_size_is_within_a_few_percent():
 def test_the_formula_agrees_with_the_checkpoint_tensors(name):
     hp, params = load_checkpoint(checkpoint_dir(name))
     assert parameters.count_tensors(params) == parameters.count_parameters(hp)["parts"]
+
+
+def test_the_embedding_share_of_a_small_model():
+    """docs/exercises.md's question: nanoGPT's small CPU shape at three vocabulary sizes."""
+    import parameters
+    shares = {V: parameters.count_parameters({"n_vocab": V, "n_ctx": 64, "n_embd": 128, "n_head": 4,
+                                              "n_layer": 4})["wte_share"] for V in (257, 4096, 50257)}
+    assert round(shares[257], 3) == 0.039 and round(shares[4096], 3) == 0.395 and round(shares[50257], 3) == 0.889

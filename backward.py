@@ -1,0 +1,278 @@
+"""The backward pass, by hand: gpt2_numpy.py's forward, mirrored section by section.
+
+Each forward function has its backward here, with its derivative in one line and its shapes:
+
+    forward (gpt2_numpy.py)          backward (here)
+    1. gelu                          gelu_backward
+       softmax                       softmax_backward
+       layer_norm                    layer_norm_backward
+       linear                        linear_backward
+       ffn                           ffn_backward
+       (training only) dropout       dropout_backward
+    2. attention (with its mask)     attention_backward
+       mha                           mha_backward
+    3. transformer_block             block_backward
+       wte[ids] + wpe[positions]     embedding_backward
+       the output layer + the loss   cross_entropy, cross_entropy_backward, head_backward
+       gpt2 + cross-entropy          loss_and_grads
+
+The training forward is gpt2_hidden() itself, run with a hook that keeps exactly the
+activations the backward reads (KEPT), and that applies dropout where GPT-2 has it; nothing
+of the forward pass is written again here. Where the hot path needs a cleverer form
+(gelu_backward_no_temporaries, cross_entropy_in_place), the plain one stays beside it and a
+test holds the two equal. The optimizer is optimizer.py's; the loop is train.py's.
+"""
+import math
+
+import numpy as np
+
+from gpt2_numpy import GELU_CUBIC, SQRT_2_OVER_PI, gpt2_hidden, log_softmax, merge_heads, softmax, split_heads
+from parallel import in_chunks, reused, shared_among_cores
+
+KEPT = ("resid_pre", "ln_1", "attn.q", "attn.k", "attn.v", "attn.weights", "attn.z", "resid_mid", "ln_2",
+        "mlp.c_fc", "mlp.gelu")  # per block; and the last block's output, ln_f's input
+DROPPED = ("attn.weights", "attn.out", "mlp.out")  # per block, where GPT-2 has dropout; and the embeddings
+
+
+
+# ============================================================================
+# 1. Building blocks
+# ============================================================================
+
+def gelu_backward(x, dy):
+    """d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t²) √(2/π) (1 + 3·0.044715 x²),  t = tanh(√(2/π)(x + 0.044715 x³))
+    x, dy [...] -> dx [...]"""
+    x2 = x * x  # (x ** 3 would be ~30x slower: NumPy's float32 power is a general pow)
+    t = np.tanh(SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x2))
+    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x2))
+
+
+def gelu_backward_no_temporaries(x, dy):
+    """gelu_backward(x, dy), for the hot path: the same derivative written
+    0.5 (1 + t + u (1 - t²)) dy,  t = tanh(x (a + b x²)),  u = x (a + 3b x²),  a = √(2/π), b = 0.044715 a,
+    in three new arrays updated in place (~12 fewer trips through memory). A test holds it equal."""
+    a, b = SQRT_2_OVER_PI, GELU_CUBIC * SQRT_2_OVER_PI
+    u = x * x
+    t = u * b
+    t += a
+    t *= x
+    np.tanh(t, out=t)
+    u *= 3.0 * b
+    u += a
+    u *= x
+    s = t * t
+    np.subtract(1.0, s, out=s)
+    u *= s
+    u += t
+    u += 1.0
+    u *= 0.5
+    u *= dy
+    return u
+
+
+def softmax_backward(y, dy):
+    """y = softmax(x): dx_i = y_i (dy_i - Σ_j dy_j y_j), over the last axis.   y, dy [..., N] -> dx [..., N]
+    Where y is 0 (a masked score), dx is 0: nothing flows into the future."""
+    return y * (dy - (dy * y).sum(axis=-1, keepdims=True))
+
+
+def layer_norm_backward(x, g, dy, eps=1e-5):
+    """y = x̂ g + b, x̂ = (x - mean) / √(var + eps):
+    dg = Σ dy x̂,  db = Σ dy,  dx = (dx̂ - mean(dx̂) - x̂ mean(dx̂ x̂)) / √(var + eps),  dx̂ = dy g
+    x, dy [..., C], g [C] -> dx [..., C], dg [C], db [C]"""
+    centred = x - x.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
+    xhat = centred * rstd
+    dxhat = dy * g
+    dx = rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True) - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
+    axes = tuple(range(dy.ndim - 1))
+    return dx, (dy * xhat).sum(axis=axes), dy.sum(axis=axes)
+
+
+def linear_backward(x, w, dy):
+    """y = x w + b:  dx = dy wᵀ,  dw = Σ xᵀ dy (over every position),  db = Σ dy
+    x [..., n_in], w [n_in, n_out], dy [..., n_out] -> dx [..., n_in], dw [n_in, n_out], db [n_out]"""
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])  # [B·T, n]: one product each
+    return (dy2 @ w.T).reshape(x.shape), x2.T @ dy2, dy2.sum(axis=0)
+
+
+def ffn_backward(x, h, a, c_fc, c_proj, dy):
+    """c_proj(gelu(c_fc(x))) backwards: c_proj, then gelu, then c_fc. h = c_fc(x), a = gelu(h).
+    x, dy [B, T, C], h, a [B, T, 4C] -> dx [B, T, C], grads {c_fc, c_proj}"""
+    da, dw_proj, db_proj = linear_backward(a, c_proj["w"], dy)
+    dx, dw_fc, db_fc = linear_backward(x, c_fc["w"], in_chunks(gelu_backward_no_temporaries, h, da))
+    return dx, {"c_fc": {"w": dw_fc, "b": db_fc}, "c_proj": {"w": dw_proj, "b": db_proj}}
+
+
+def dropout(x, p_drop, rng):
+    """Zero each element with probability p_drop and scale the rest by 1 / (1 - p_drop), so the mean is kept.
+    x [...] -> (y [...], the kept elements' mask [...] of bools)"""
+    keep = rng.random(x.shape, dtype=np.float32) >= p_drop
+    y = x * keep
+    y *= 1.0 / (1.0 - p_drop)
+    return y, keep
+
+
+def dropout_backward(keep, p_drop, dy):
+    """y = x · keep / (1 - p_drop):  dx = dy · keep / (1 - p_drop).   keep, dy [...] -> dx [...]
+    With no mask (no dropout there), dx = dy."""
+    if keep is None:
+        return dy
+    dx = dy * keep
+    dx *= 1.0 / (1.0 - p_drop)
+    return dx
+
+
+# ============================================================================
+# 2. Attention
+# ============================================================================
+
+def attention_backward(q, k, v, weights, dz, keep=None, p_drop=0.0):
+    """z = weights v, weights = softmax(q kᵀ/√D + mask):
+    dv = weightsᵀ dz,  dweights = dz vᵀ,  dscores = softmax_backward,  dq = dscores k/√D,  dk = dscoresᵀ q/√D
+    q [B, H, T, D], weights [B, H, T, T], dz [B, H, T, D] -> dq, dk, dv [B, H, T, D]
+    With dropout on the weights (keep, p_drop), z was made from the dropped weights instead."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    used = weights if keep is None else dropout_backward(keep, p_drop, weights)  # the same mask and scale
+    dv = used.swapaxes(-1, -2) @ dz
+    dscores = in_chunks(softmax_backward, weights, dropout_backward(keep, p_drop, dz @ v.swapaxes(-1, -2)))
+    return dscores @ k * scale, dscores.swapaxes(-1, -2) @ q * scale, dv
+
+
+def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0):
+    """c_proj, merge heads, attention, split heads, c_attn, backwards.   dy [B, T, C] -> dx [B, T, C], grads"""
+    dz_merged, dw, db = linear_backward(merge_heads(kept["attn.z"]), c_proj["w"], dy)
+    dq, dk, dv = attention_backward(kept["attn.q"], kept["attn.k"], kept["attn.v"], kept["attn.weights"],
+                                    split_heads(dz_merged, n_head), kept.get("attn.weights.keep"), p_drop)
+    dqkv = np.concatenate([merge_heads(d) for d in (dq, dk, dv)], axis=-1)  # [B, T, 3C], as c_attn made them
+    dx, dw_attn, db_attn = linear_backward(kept["ln_1"], c_attn["w"], dqkv)
+    return dx, {"c_attn": {"w": dw_attn, "b": db_attn}, "c_proj": {"w": dw, "b": db}}
+
+
+# ============================================================================
+# 3. The model
+# ============================================================================
+
+def block_backward(kept, ln_1, attn, ln_2, mlp, n_head, dy, p_drop=0.0):
+    """x + mha(ln_1(x)), then + ffn(ln_2(x)), backwards: each residual passes dy straight through
+    and adds what flows back through its branch (and through its dropout, if any).
+    dy [B, T, C] -> dx [B, T, C], grads"""
+    dln2, mlp_grads = ffn_backward(kept["ln_2"], kept["mlp.c_fc"], kept["mlp.gelu"], mlp["c_fc"], mlp["c_proj"],
+                                   dropout_backward(kept.get("mlp.out.keep"), p_drop, dy))
+    dmid, dg2, db2 = layer_norm_backward(kept["resid_mid"], ln_2["g"], dln2, ln_2.get("eps", 1e-5))
+    dmid = dmid + dy
+    dln1, attn_grads = mha_backward(kept, attn["c_attn"], attn["c_proj"], n_head,
+                                    dropout_backward(kept.get("attn.out.keep"), p_drop, dmid), p_drop)
+    dx, dg1, db1 = layer_norm_backward(kept["resid_pre"], ln_1["g"], dln1, ln_1.get("eps", 1e-5))
+    return dx + dmid, {"ln_1": {"g": dg1, "b": db1}, "attn": attn_grads, "ln_2": {"g": dg2, "b": db2},
+                       "mlp": mlp_grads}
+
+
+def embedding_backward(ids, dx, dwte, dwpe):
+    """x = wte[ids] + wpe[positions] backwards, added into dwte [V, C] and dwpe [n_ctx, C]:
+    dwte[v] += Σ dx over the positions holding token v,  dwpe[t] += Σ dx[:, t] over the batch.
+    ids [B, T], dx [B, T, C]"""
+    np.add.at(dwte, ids.reshape(-1), dx.reshape(-1, dx.shape[-1]))  # a token seen twice adds twice
+    dwpe[:ids.shape[1]] += dx.sum(axis=0)
+
+
+def training_forward(ids, params, n_head, p_drop=0.0, rng=None):
+    """gpt2_hidden() with a hook that keeps what the backward needs, and with dropout (probability p_drop)
+    where GPT-2 has it: the embeddings' sum, the attention weights and each branch's output.
+    -> (kept per block, {"x": ln_f's input, "ln_f": its output [B, T, C]})"""
+    blocks, top = [{} for _ in params["blocks"]], {}
+
+    def keep(name, x):
+        block, _, stage = name.partition(".")
+        if block == "ln_f":
+            top["ln_f"] = x
+            return x
+        if not (block[0] == "h" and block[1:].isdigit()):
+            return x
+        kept = blocks[int(block[1:])]
+        if stage == "attn.weights" and p_drop:
+            kept[stage] = x  # the softmax's backward needs its own output, from before the dropout
+        if p_drop and (stage in DROPPED or name == "h0.resid_pre"):
+            x, kept[stage + ".keep"] = dropout(x, p_drop, rng)
+        if stage in KEPT and stage not in kept:
+            kept[stage] = x  # otherwise, what the next layer saw
+        if stage == "resid_post" and int(block[1:]) == len(blocks) - 1:
+            top["x"] = x
+        return x
+
+    gpt2_hidden(ids, params, n_head, hook=keep)
+    return blocks, top
+
+
+def cross_entropy(logits, targets):
+    """-mean log softmax(logits)[target], and log softmax(logits).   logits [B, T, V], targets [B, T]"""
+    logprobs = log_softmax(logits)
+    return float(-np.take_along_axis(logprobs, targets[..., None], -1).mean()), logprobs
+
+
+def cross_entropy_backward(logits, targets):
+    """d loss / d logits = (softmax(logits) - onehot(target)) / N, over the N = B·T positions.
+    logits [B, T, V], targets [B, T] -> [B, T, V]"""
+    d = softmax(logits)
+    np.put_along_axis(d, targets[..., None], np.take_along_axis(d, targets[..., None], -1) - 1.0, -1)
+    d /= targets.size
+    return d
+
+
+ROWS = 8  # logits rows at a time: 8 x 50257 floats (1.6 MB) stay in the cache through every step
+
+
+def cross_entropy_in_place(logits, targets):
+    """cross_entropy and cross_entropy_backward in one pass, for the hot path: logits [N, V]
+    is overwritten with d loss / d logits, ROWS rows at a time, each one's max, exp, sum and
+    scale done while it is in the cache, and the rows shared among the cores (each pass over
+    the whole [N, V] would be a trip through main memory). targets [N] -> the loss.
+    A test holds it equal to the two plain functions."""
+    n = len(targets)
+
+    def work(starts):
+        total = 0.0
+        for i in starts:
+            x, t = logits[i:i + ROWS], targets[i:i + ROWS]
+            x -= x.max(axis=-1, keepdims=True)
+            picked = x[np.arange(len(t)), t]  # logit - max, at each target
+            np.exp(x, out=x)
+            sums = x.sum(axis=-1, keepdims=True)
+            total += float((np.log(sums[:, 0]) - picked).sum())  # -log softmax at each target
+            x *= 1.0 / (n * sums)
+            x[np.arange(len(t)), t] -= 1.0 / n
+        return total
+
+    return sum(shared_among_cores(work, list(range(0, n, ROWS)))) / n
+
+
+def head_backward(xf, wte, targets, buffers=None):
+    """The tied output layer and the loss, forward then backward:
+    logits = x wteᵀ;  dlogits = (softmax - onehot) / N;  dx = dlogits wte;  dwte = dlogitsᵀ x (the head's part)
+    xf [B, T, C], wte [V, C], targets [B, T] -> (loss, dx [B, T, C], dwte [V, C]).
+    The logits and dwte live in `buffers`, reused at the next call."""
+    x = xf.reshape(-1, xf.shape[-1])  # [N, C]
+    logits = reused(buffers, "logits", (len(x), len(wte)), x.dtype)
+    np.matmul(x, wte.T, out=logits)
+    loss = cross_entropy_in_place(logits, targets.reshape(-1))  # logits is now dlogits
+    dwte = np.matmul(logits.T, x, out=reused(buffers, "dwte", wte.shape, x.dtype))
+    return loss, (logits @ wte).reshape(xf.shape), dwte
+
+
+def loss_and_grads(ids, targets, params, n_head, p_drop=0.0, rng=None, buffers=None):
+    """Mean cross-entropy of targets [B, T] given ids [B, T], and d loss / d every parameter.
+    loss = -mean log softmax(logits)[target];  d loss / d logits = (softmax(logits) - onehot) / (B·T)
+    The head is wte again, so wte's gradient adds two parts: the logits' (dlogitsᵀ x) and the gather's.
+    p_drop, rng: dropout. buffers: a dict kept between calls (the training loop's), whose arrays are
+    reused; the returned grads["wte"] is one of them, good until the next call."""
+    ids, targets = np.asarray(ids), np.asarray(targets)
+    kept, top = training_forward(ids, params, n_head, p_drop, rng)
+    loss, dxf, dwte = head_backward(top["ln_f"], params["wte"], targets, buffers)
+    dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], dxf, params["ln_f"].get("eps", 1e-5))
+    grads = {"ln_f": {"g": dgf, "b": dbf}, "blocks": [None] * len(params["blocks"])}
+    for i in reversed(range(len(params["blocks"]))):
+        dx, grads["blocks"][i] = block_backward(kept[i], **params["blocks"][i], n_head=n_head, dy=dx, p_drop=p_drop)
+    dx = dropout_backward(kept[0].get("resid_pre.keep"), p_drop, dx)  # the embeddings' dropout
+    grads["wte"], grads["wpe"] = dwte, np.zeros_like(params["wpe"])
+    embedding_backward(ids, dx, grads["wte"], grads["wpe"])  # wte's second part: the gather's
+    return loss, grads
