@@ -1,0 +1,176 @@
+"""Training from nothing: our train.py --from-scratch against nanoGPT's CPU recipe, side by side.
+
+    python bench/bench_from_scratch.py                              # ours alone
+    python bench/bench_from_scratch.py --nanogpt DIR --torch-python PY  # and nanoGPT, in turn
+    python bench/bench_from_scratch.py --vocab-sizes 257 1024 4096 --steps 2000   # what a vocabulary buys
+
+The recipe is the one nanoGPT's README gives for a CPU: 4 layers, 4 heads, 128 wide, 64
+positions, batch 12, 2000 steps, lr 1e-3 with 100 warm-up steps, cosine to 1e-4, beta2 0.99,
+weight decay 0.1, clipping at 1, no dropout, on the same Shakespeare (data/tinyshakespeare.txt,
+the last 10% held out). At --vocab-size 257 our tokens are bytes, which on this ASCII text are
+nanoGPT's characters, so the losses compare per byte. Larger vocabularies are turned into nats
+per byte by the tokens-per-byte of the held-out text.
+
+DIR is a checkout of karpathy/nanoGPT (run, never copied); PY a Python with torch. Its data is
+prepared from our copy of the text (its input.txt), so nothing is downloaded. Each contender
+runs in its own process; ours is timed step by step in-process (time.perf_counter around
+train_step), nanoGPT's from its own "iter N: ... time Xms" lines. The validation loss is the
+mean over 20 batches of 12 windows, as nanoGPT's eval_iters=20 measures it. --svg FILE draws
+both validation curves (every 250 steps).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+RECIPE = dict(n_layer=4, n_head=4, n_embd=128, context=64, batch_size=12, lr=1e-3, warmup=100, min_lr_ratio=0.1,
+              beta2=0.99, weight_decay=0.1, grad_clip=1.0, dropout=0.0)
+EVAL_EVERY, EVAL_BATCHES = 250, 20
+
+
+def ours(vocab_size, steps, seed=0):
+    """Train in this process; -> {"step_ms": [..], "curve": [(step, val)], "val": final, "nats_per_byte": .., ...}"""
+    import numpy as np
+
+    import train
+    from backward import cross_entropy
+    from gpt2_numpy import gpt2
+    from optimizer import new_adamw_state
+
+    out_dir = tempfile.mkdtemp(prefix="scratch-")
+    args = train.parse_args(["--from-scratch", "--out", os.path.join(out_dir, "m"), "--vocab-size", str(vocab_size),
+                             "--steps", str(steps), "--quiet", "--seed", str(seed)] +
+                            [f"--{k.replace('_', '-')}={v}" for k, v in RECIPE.items()])
+    t = time.perf_counter()
+    folder, hp, params, train_ids, val_ids = train.from_scratch(args, os.path.join(out_dir, "vocab"))
+    tokenizer_s = time.perf_counter() - t
+    text = train.read_text(train.CORPUS)
+    _, val_text = train.split_text(text, args.val_fraction)
+    bytes_per_token = len(val_text.encode("utf-8")) / len(val_ids)
+
+    def val_loss():
+        rng = np.random.default_rng(1)
+        return float(np.mean([cross_entropy(gpt2(x, params, hp["n_head"]), y)[0]
+                              for x, y in (train.batch(val_ids, 12, args.context, rng) for _ in range(EVAL_BATCHES))]))
+
+    recipe = {k: getattr(args, k) for k in train.RECIPE}
+    state, buffers, times, curve = new_adamw_state(params), {}, [], []
+    start = time.perf_counter()
+    for step in range(steps):
+        t = time.perf_counter()
+        train.train_step(params, hp["n_head"], state, train_ids, step, buffers=buffers, **recipe)
+        times.append(time.perf_counter() - t)
+        if (step + 1) % EVAL_EVERY == 0 or step + 1 == steps:
+            curve.append((step + 1, val_loss()))
+    wall = time.perf_counter() - start
+    shutil.rmtree(out_dir)
+    import parameters
+    counts = parameters.count_parameters(hp)
+    return {"vocab_size": vocab_size, "step_ms": statistics.median(times) * 1000, "wall_s": wall, "curve": curve,
+            "val": curve[-1][1], "nats_per_byte": curve[-1][1] / bytes_per_token, "tokenizer_s": tokenizer_s,
+            "bytes_per_token": bytes_per_token, "params": counts["total"], "wte_share": counts["wte_share"]}
+
+
+def nanogpt(folder, python, steps, threads):
+    """nanoGPT's train.py with the recipe, on our copy of the text. -> the same figures, from its output."""
+    data = os.path.join(folder, "data", "shakespeare_char")
+    shutil.copy(os.path.join(ROOT, "data", "tinyshakespeare.txt"), os.path.join(data, "input.txt"))
+    subprocess.run([python, "prepare.py"], cwd=data, check=True, capture_output=True)
+    out = tempfile.mkdtemp(prefix="nanogpt-")
+    cmd = [python, "train.py", "config/train_shakespeare_char.py", "--device=cpu", "--compile=False",
+           f"--eval_iters={EVAL_BATCHES}", "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4",
+           "--n_head=4", "--n_embd=128", f"--max_iters={steps}", f"--lr_decay_iters={steps}", "--dropout=0.0",
+           f"--eval_interval={EVAL_EVERY}", f"--out_dir={out}"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    start = time.perf_counter()
+    r = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    shutil.rmtree(out, ignore_errors=True)
+    if r.returncode:
+        raise SystemExit(r.stderr[-3000:])
+    times = [float(m) for m in re.findall(r"^iter \d+: loss [\d.]+, time ([\d.]+)ms", r.stdout, re.M)][1:]
+    curve = [(int(s), float(v)) for s, v in re.findall(r"^step (\d+): train loss [\d.]+, val loss ([\d.]+)", r.stdout,
+                                                       re.M) if int(s) > 0]
+    return {"step_ms": statistics.median(times), "wall_s": wall, "curve": curve, "val": curve[-1][1],
+            "nats_per_byte": curve[-1][1]}
+
+
+def svg(curves, path, width=640, height=360):
+    """A line chart of validation loss against step, one line a contender, as an SVG file."""
+    pad, colours = 50, ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+    xs = [s for c in curves.values() for s, _ in c]
+    ys = [v for c in curves.values() for _, v in c]
+    x0, x1, y0, y1 = 0, max(xs), min(ys) - 0.1, max(ys) + 0.1
+
+    def px(s, v):
+        return pad + (s - x0) / (x1 - x0) * (width - 2 * pad), height - pad - (v - y0) / (y1 - y0) * (height - 2 * pad)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+             f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
+             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>',
+             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
+             f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">step</text>',
+             f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">'
+             'validation loss (nats per byte)</text>']
+    for tick in range(0, x1 + 1, max(1, x1 // 4)):
+        x, _ = px(tick, y0)
+        parts.append(f'<text x="{x}" y="{height - pad + 16}" text-anchor="middle">{tick}</text>')
+    for i in range(5):
+        v = y0 + i * (y1 - y0) / 4
+        _, y = px(x0, v)
+        parts.append(f'<text x="{pad - 6}" y="{y + 4}" text-anchor="end">{v:.2f}</text>')
+    for i, (name, curve) in enumerate(curves.items()):
+        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in (px(s, v) for s, v in curve))
+        parts.append(f'<polyline points="{points}" fill="none" stroke="{colours[i % 4]}" stroke-width="2"/>')
+        parts.append(f'<text x="{width - pad - 150}" y="{pad + 16 * i}" fill="{colours[i % 4]}">{name}</text>')
+    with open(path, "w") as f:
+        f.write("\n".join(parts + ["</svg>"]))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--vocab-sizes", type=int, nargs="+", default=[257])
+    p.add_argument("--nanogpt", help="a checkout of karpathy/nanoGPT, to run side by side")
+    p.add_argument("--torch-python", default=sys.executable, help="a Python with torch, for nanoGPT")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--svg", help="write the validation curves here")
+    args = p.parse_args()
+    results = {}
+    for vocab_size in args.vocab_sizes:
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", str(vocab_size), str(args.steps)],
+                           capture_output=True, text=True,
+                           env=dict(os.environ, OMP_NUM_THREADS=str(args.threads),
+                                    OPENBLAS_NUM_THREADS=str(args.threads)))
+        if r.returncode:
+            raise SystemExit(r.stderr[-3000:])
+        results[f"ours, vocab {vocab_size}"] = json.loads(r.stdout.splitlines()[-1])
+    if args.nanogpt:
+        results["nanoGPT (characters)"] = nanogpt(args.nanogpt, args.torch_python, args.steps, args.threads)
+    print(f"{args.steps} steps, B=12, T=64, 4 layers, 4 heads, 128 wide, {args.threads} threads")
+    for name, r in results.items():
+        extra = (f", {r['bytes_per_token']:.2f} bytes a token, {r['params']:,} parameters, the token embedding "
+                 f"{r['wte_share']:.1%}, tokenizer {r['tokenizer_s']:.1f} s" if "params" in r else "")
+        print(f"{name}: {r['step_ms']:.1f} ms a step (median), {r['wall_s']:.0f} s in all, validation loss "
+              f"{r['val']:.3f} nats a token = {r['nats_per_byte']:.3f} nats a byte{extra}")
+    if args.svg:
+        svg({name: [(s, v / r.get("bytes_per_token", 1.0)) for s, v in r["curve"]] for name, r in results.items()},
+            args.svg)
+        print(args.svg)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        print(json.dumps(ours(int(sys.argv[2]), int(sys.argv[3]))))
+    else:
+        main()
