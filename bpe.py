@@ -34,7 +34,7 @@ from operator import itemgetter
 
 import regex
 
-from errors import UserError, fail
+from errors import UserError, fail, read_text
 
 ENDOFTEXT = "<|endoftext|>"
 DEFAULT_VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpt2-vocab")
@@ -356,13 +356,12 @@ def train_merges_fast(text, n_merges, on_merge=None):
     times. After a merge only the pieces that held the pair are counted again, and the best pair
     comes off a heap instead of a scan of every count. A tie still goes to the pair first in the
     text: its first piece (pieces are numbered in the order they first occur) and, in it, the
-    byte where the pair starts (which no merge moves)."""
+    first position where it stands."""
     import heapq
     from collections import Counter
 
     freq = Counter(PRETOKENIZE.findall(text))  # insertion order: the order pieces first occur
     pieces = [list(piece.encode("utf-8")) for piece in freq]
-    starts = [list(range(len(ids))) for ids in pieces]  # the byte each token starts at, in its piece
     weight = list(freq.values())
     counts, where = {}, {}  # pair -> total count; pair -> the pieces that hold it
     for i, ids in enumerate(pieces):
@@ -372,10 +371,9 @@ def train_merges_fast(text, n_merges, on_merge=None):
     heap = [(-c, pair) for pair, c in counts.items()]
     heapq.heapify(heap)
 
-    def first_place(pair):  # (piece, byte) of the pair's first occurrence in the text
+    def first_place(pair):  # (piece, position in it) of the pair's first occurrence in the text
         i = min(where[pair])
-        ids = pieces[i]
-        return i, next(starts[i][j] for j in range(len(ids) - 1) if (ids[j], ids[j + 1]) == pair)
+        return i, list(zip(pieces[i], pieces[i][1:])).index(pair)
 
     merges = []
     for k in range(n_merges):
@@ -402,17 +400,9 @@ def train_merges_fast(text, n_merges, on_merge=None):
             for pair in zip(ids, ids[1:]):
                 counts[pair] -= w
                 changed.add(pair)
-            merged, merged_starts, j = [], [], 0
-            while j < len(ids):
-                merged_starts.append(starts[i][j])  # a merged token starts where its left part did
-                if j + 1 < len(ids) and ids[j] == best[0] and ids[j + 1] == best[1]:
-                    merged.append(new_id)
-                    j += 2
-                else:
-                    merged.append(ids[j])
-                    j += 1
+            merged = merge_pair(ids, best, new_id)
             old = set(zip(ids, ids[1:]))
-            pieces[i], starts[i] = merged, merged_starts
+            pieces[i] = merged
             new = set(zip(merged, merged[1:]))
             for pair in zip(merged, merged[1:]):
                 counts[pair] = counts.get(pair, 0) + w
@@ -468,19 +458,8 @@ def vocab_files(merges):
 
 
 def read_texts(paths):
-    """The training text: the files' contents, one after another (UTF-8, not empty)."""
-    texts = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as f:
-                texts.append(f.read())
-        except UnicodeDecodeError:
-            raise UserError("is not UTF-8 text", path=path) from None
-        except OSError as e:
-            raise UserError(e.strerror or str(e), path=path) from None
-        if not texts[-1].strip():
-            raise UserError("is empty", path=path)
-    return "\n".join(texts)
+    """The training text: the files' contents, one after another (UTF-8, none empty)."""
+    return "\n".join(read_text(path) for path in paths)
 
 
 def train_vocab(text, vocab_size, quiet=True):

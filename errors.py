@@ -37,3 +37,17 @@ def read_json(path, error=UserError):
         raise error(e.strerror, path=path) from None
     except (ValueError, UnicodeDecodeError) as e:
         raise error(f"not valid JSON ({e})", path=path) from None
+
+
+def read_text(path):
+    """A UTF-8 text file's content; a missing, unreadable, non-UTF-8 or empty one is a UserError naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError:
+        raise UserError("is not UTF-8 text", path=path) from None
+    except OSError as e:
+        raise UserError(e.strerror or str(e), path=path) from None
+    if not text.strip():
+        raise UserError("is empty", path=path)
+    return text

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+import errors
 import parameters
 import shapes
 from backward import cross_entropy, loss_and_grads
@@ -48,19 +49,7 @@ def read_text(path):
         else [path]
     if not files:
         raise UserError("holds no .txt file", path=path)
-    texts = []
-    for f in files:
-        try:
-            with open(f, encoding="utf-8") as fh:
-                texts.append(fh.read())
-        except UnicodeDecodeError:
-            raise UserError("is not UTF-8 text", path=f) from None
-        except OSError as e:
-            raise UserError(e.strerror, path=f) from None
-    text = "\n\n".join(texts)
-    if not text.strip():
-        raise UserError("is empty", path=path)
-    return text
+    return "\n\n".join(errors.read_text(f) for f in files)
 
 
 def split_tokens(ids, context, val_fraction):

@@ -137,3 +137,11 @@ def test_tiktoken_reads_the_files_and_gives_the_same_ids(tmp_path):
     enc = bpe.get_encoder(folder)
     for sample in (held_out, golden, "naïve café — 東京 🙂 don't 42"):
         assert enc.encode(sample) == encoding.encode_ordinary(sample)
+
+
+def test_training_that_would_spell_a_token_twice_stops_and_says_where(monkeypatch):
+    a, b, c = ord("a"), ord("b"), ord("c")
+    monkeypatch.setattr(bpe, "train_merges_fast", lambda text, n, on_merge=None: [(a, b), (256, c), (b, c), (a, 258)])
+    with pytest.raises(bpe.UserError, match=r"merge 4 spells b'abc' a second time, which GPT-2's files cannot hold: "
+                                            r"use --vocab-size 260 or less"):
+        bpe.train_vocab("abc", 261)
