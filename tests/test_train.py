@@ -252,7 +252,7 @@ def test_from_scratch_the_loss_falls_and_the_folder_is_a_gpt2(tmp_path):
     g2 = subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), "--model", str(out), "ROMEO:",
                          "--n-tokens", "10", "--seed", "0"], capture_output=True, text=True)
     assert g2.returncode == 0 and g2.stdout.startswith("ROMEO:") and len(g2.stdout) > len("ROMEO:\n"), g2.stderr
-    for extra in (["--score"], ["--lens"], ["--top", "3"]):
+    for extra in (["--score"], ["--lens"], ["--top", "3"], ["--html", str(tmp_path / "page.html")]):
         r2 = subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), "--model", str(out), "ROMEO: so",
                              *extra], capture_output=True, text=True)
         assert r2.returncode == 0 and r2.stdout, (extra, r2.stderr)
