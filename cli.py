@@ -228,8 +228,8 @@ def run_generate(args, encoder, hparams, params):
     n = sum(len(s) for s in samples)
     if not args.quiet and n:
         after_first = elapsed - (first_token_time - start)
-        print(f"[{plural(n, 'token')} in {elapsed:.2f} s: prompt of {plural(len(prompt_ids), 'token')} and first token in "
-              f"{first_token_time - start:.2f} s, then {(n - args.n_samples) / max(after_first, 1e-9):.1f} "
+        print(f"[{plural(n, 'token')} in {elapsed:.2f} s: prompt of {plural(len(prompt_ids), 'token')} and first "
+              f"token in {first_token_time - start:.2f} s, then {(n - args.n_samples) / max(after_first, 1e-9):.1f} "
               f"tokens/s]", file=sys.stderr)
 
 

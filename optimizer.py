@@ -123,7 +123,8 @@ def adamw_step_fast(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, 
     t = state["step"]
     flat_grads, jobs = shapes.flatten(grads), []
     for name, p in shapes.flatten(params).items():
-        settings = (lr, lr * weight_decay if decays(name) else 0.0, beta1, beta2, eps, 1.0 - beta1 ** t, 1.0 - beta2 ** t)
+        decay = lr * weight_decay if decays(name) else 0.0
+        settings = (lr, decay, beta1, beta2, eps, 1.0 - beta1 ** t, 1.0 - beta2 ** t)
         p, grad, m, v = (a.reshape(-1) for a in (p, flat_grads[name], state["m"][name], state["v"][name]))
         jobs += [(p[i:i + CHUNK], grad[i:i + CHUNK], m[i:i + CHUNK], v[i:i + CHUNK], settings)
                  for i in range(0, p.size, CHUNK)]  # views: every array is contiguous

@@ -29,7 +29,8 @@ POOL = concurrent.futures.ThreadPoolExecutor(max(1, CORES - 1), thread_name_pref
 
 
 def shared_among_cores(work, jobs):
-    """work(share) for each core's share of the jobs (jobs[i::cores]), at once. -> each share's result"""
+    """work(share) for each core's share of the jobs (jobs[i::cores]), at once. -> each share's result
+    work must not call this again: a worker of the pool would then wait for a job queued behind itself."""
     n = min(CORES, len(jobs)) or 1
     shares = [jobs[i::n] for i in range(n)]
     others = [POOL.submit(work, share) for share in shares[1:]]
