@@ -10,8 +10,15 @@ exercise's tests, in the copy, with the README's one command:
 
     python -m pytest -q -k NAME
 
-A test (tests/test_exercises.py) blanks each exercise in turn and checks that its tests
-then fail, naming the exercise, and pass again with the function restored.
+Where the program calls a faster twin of a chosen function (TWINS below: gelu_no_temporaries
+for gelu, merge_fast for merge, ...), the twin's body becomes a call to the student's
+function, so the program runs what the student wrote. `python handout.py` says which
+exercises each program needs done before it runs.
+
+tests/test_exercises.py blanks each exercise in turn and checks that its tests then fail,
+naming the exercise, and pass again with the function restored; and that the program then
+stops, prints something else when the function is written wrong, and prints what the whole
+project prints when it is written right.
 """
 import argparse
 import ast
