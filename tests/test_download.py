@@ -368,3 +368,10 @@ def test_cli_web_page_is_one_line_and_exit_2(mirror, tmp_path):
     r = run_download("124M", "--models-dir", str(tmp_path), "--base-url", mirror.url)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert "web page instead of checkpoint: a captive portal or proxy?" in r.stderr
+
+
+def test_a_hub_name_given_to_download_py_says_where_it_downloads(tmp_path):
+    r = run_download("hf:owner/name", "--models-dir", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert 'hf:owner/name is a Hub model: python gpt2_numpy.py --model hf:owner/name "prompt" downloads it' in r.stderr
+    assert os.listdir(tmp_path) == []
