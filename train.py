@@ -63,6 +63,22 @@ def split_tokens(ids, context, val_fraction):
     return train_ids, val_ids
 
 
+def split_text(text, val_fraction):
+    """-> (training text, validation text): the validation part is the end of the text, as nanoGPT's.
+    From scratch the text is cut before it has ids, so that its vocabulary is learned from the training part."""
+    cut = len(text) - int(len(text) * val_fraction)
+    return text[:cut], text[cut:]
+
+
+def text_ids(encoder, text, val_fraction, context):
+    """split_text, then each part's ids. -> (train ids, validation ids), each at least a context and its next token."""
+    train_ids, val_ids = (np.asarray(encoder.encode(part), np.int64) for part in split_text(text, val_fraction))
+    if len(train_ids) < context + 1 or (val_fraction and len(val_ids) < context + 1):
+        raise UserError(f"the text gives {len(train_ids):,} training and {len(val_ids):,} validation tokens: too few "
+                        f"for a context of {context} in both (--context, --val-fraction, --data)")
+    return train_ids, val_ids
+
+
 def batch(ids, batch_size, context, rng):
     """batch_size random windows: inputs [B, T] and their next tokens [B, T]."""
     starts = rng.integers(0, len(ids) - context, batch_size)
@@ -331,51 +347,58 @@ def parameter_table(hparams):
     return "\n".join(lines)
 
 
-def split_text(text, val_fraction):
-    """-> (training text, validation text): the validation part is the end of the text, as nanoGPT's."""
-    cut = len(text) - int(len(text) * val_fraction)
-    return text[:cut], text[cut:]
-
-
 def from_scratch(args, vocab_dir):
-    """A new model: its vocabulary (learned from the training text into vocab_dir, or --tokenizer's),
+    """A new model: its vocabulary (--tokenizer's, or learned from the training text into vocab_dir),
     GPT-2's initialisation, and the text's ids. -> (vocabulary folder, hparams, params, train ids, val ids)"""
     import bpe
     import look_inside
     from initialise import init_params
 
     text = read_text(args.data or CORPUS)
-    train_text, val_text = split_text(text, args.val_fraction)
     if args.tokenizer:
         encoder, vocab_dir = bpe.get_encoder(args.tokenizer), args.tokenizer
         if args.vocab_size not in (None, encoder.n_vocab):
             raise UserError(f"--vocab-size {args.vocab_size} disagrees with --tokenizer {args.tokenizer}, which has "
                             f"{encoder.n_vocab} ids: give one of them")
     else:
+        train_text, _ = split_text(text, args.val_fraction)
         bpe.write_vocab(vocab_dir, bpe.train_vocab(train_text, args.vocab_size or 257, args.quiet))
         encoder = bpe.get_encoder(vocab_dir)
     if encoder.eot is None:
         raise UserError("its vocabulary has no <|endoftext|>", path=vocab_dir)
-    args.vocab_size = encoder.n_vocab
+    args.vocab_size = encoder.n_vocab  # saved with the run's flags
     hparams = {"n_vocab": encoder.n_vocab, "n_ctx": args.context, "n_embd": args.n_embd, "n_head": args.n_head,
                "n_layer": args.n_layer}
-    train_ids = np.asarray(encoder.encode(train_text), np.int64)
-    val_ids = np.asarray(encoder.encode(val_text), np.int64)
-    if len(train_ids) < args.context + 1 or (args.val_fraction and len(val_ids) < args.context + 1):
-        raise UserError(f"the text gives {len(train_ids):,} training and {len(val_ids):,} validation tokens: too few "
-                        f"for a context of {args.context} in both (--context, --val-fraction, --data)")
+    train_ids, val_ids = text_ids(encoder, text, args.val_fraction, args.context)
     check_memory(hparams, args.batch_size, args.context, look_inside.available_memory())
     print(parameter_table(hparams))  # even with --quiet: what is being trained
     return vocab_dir, hparams, init_params(hparams, args.seed), train_ids, val_ids
 
 
-def run(args):
-    import tempfile
-
+def from_a_model(args):
+    """A model to train further: a released size, a folder, hf:owner/name, or (--resume) the run in
+    --out. -> (its folder, hparams, trainable params, train ids, val ids)"""
     import bpe
     import loading
     import look_inside
-    from tqdm import tqdm
+
+    if args.model in shapes.SIZES and not args.resume:  # a released size: refuse before downloading it
+        check_memory(shapes.hparams(args.model), args.batch_size, args.context, look_inside.available_memory())
+    text = read_text(args.data or CORPUS)
+    folder = args.out if args.resume else loading.fetch_model(args.model, args.models_dir, quiet=args.quiet)
+    hparams, params = loading.load_weights(folder)
+    check_writable(hparams, args.out)  # before training, not at the first save
+    check_memory(hparams, args.batch_size, args.context, look_inside.available_memory())
+    encoder = bpe.get_encoder(folder)
+    if args.from_scratch:  # a resumed run from scratch: the same split as at its start
+        train_ids, val_ids = text_ids(encoder, text, args.val_fraction, args.context)
+    else:
+        train_ids, val_ids = split_tokens(encoder.encode(text), args.context, args.val_fraction)
+    return folder, hparams, trainable(params), train_ids, val_ids
+
+
+def run(args):
+    import tempfile
 
     check_out(args.out, args.resume)
     if args.resume:
@@ -384,35 +407,19 @@ def run(args):
             print(note, file=sys.stderr)
     if args.warmup is None:
         args.warmup = min(20, args.steps // 10)
-    scratch = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(args.out)), prefix=".vocab-")
-    try:
+    # a learned vocabulary waits here, beside --out, until each save copies it in
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out)), prefix=".vocab-") as scratch:
         if args.from_scratch and not args.resume:
-            vocab_dir = os.path.join(scratch, "vocab")
-            folder, hparams, params, train_ids, val_ids = from_scratch(args, vocab_dir)
-            encoder = bpe.get_encoder(folder)
-        else:
-            if args.model in shapes.SIZES and not args.resume:  # a released size: refuse before downloading it
-                check_memory(shapes.hparams(args.model), args.batch_size, args.context, look_inside.available_memory())
-            text = read_text(args.data or CORPUS)
-            folder = args.out if args.resume else loading.fetch_model(args.model, args.models_dir, quiet=args.quiet)
-            hparams, params = loading.load_weights(folder)
-            check_writable(hparams, args.out)  # before training, not at the first save
-            check_memory(hparams, args.batch_size, args.context, look_inside.available_memory())
-            encoder = bpe.get_encoder(folder)
-            if args.from_scratch:  # resumed: the same split as the run's start
-                train_text, val_text = split_text(text, args.val_fraction)
-                train_ids, val_ids = (np.asarray(encoder.encode(t), np.int64) for t in (train_text, val_text))
-            else:
-                train_ids, val_ids = split_tokens(encoder.encode(text), args.context, args.val_fraction)
-            params = trainable(params)
-        return train_and_save(args, folder, hparams, params, encoder, train_ids, val_ids, tqdm)
-    finally:
-        import shutil
-        shutil.rmtree(scratch, ignore_errors=True)
+            return train_and_save(args, *from_scratch(args, os.path.join(scratch, "vocab")))
+        return train_and_save(args, *from_a_model(args))
 
 
-def train_and_save(args, folder, hparams, params, encoder, train_ids, val_ids, tqdm):
+def train_and_save(args, folder, hparams, params, train_ids, val_ids):
     """The loop with its progress bar, reports, samples and saves. folder: where the vocabulary is."""
+    import bpe
+    from tqdm import tqdm
+
+    encoder = bpe.get_encoder(folder)
     state = load_state(args.out, params) if args.resume else new_adamw_state(params)
     config = {k: v for k, v in vars(args).items() if k not in NOT_SAVED + ("given",)}
     recipe = {k: getattr(args, k) for k in RECIPE}

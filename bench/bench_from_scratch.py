@@ -33,8 +33,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-RECIPE = dict(n_layer=4, n_head=4, n_embd=128, context=64, batch_size=12, lr=1e-3, warmup=100, min_lr_ratio=0.1,
-              beta2=0.99, weight_decay=0.1, grad_clip=1.0, dropout=0.0)
+SHAPE = dict(n_layer=4, n_head=4, n_embd=128)  # nanoGPT's CPU recipe; its context is 64
+RECIPE = dict(batch_size=12, context=64, accum=1, lr=1e-3, warmup=100, min_lr_ratio=0.1, beta2=0.99, weight_decay=0.1,
+              grad_clip=1.0, dropout=0.0)  # train.train_step's settings, as train.py --from-scratch gets them
 EVAL_EVERY, EVAL_BATCHES = 250, 20
 
 
@@ -42,28 +43,30 @@ def ours(vocab_size, steps, seed=0):
     """Train in this process; -> {"step_ms": [..], "curve": [(step, val)], "val": final, "nats_per_byte": .., ...}"""
     import numpy as np
 
+    import bpe
+    import parameters
     import train
     from backward import cross_entropy
     from gpt2_numpy import gpt2
+    from initialise import init_params
     from optimizer import new_adamw_state
 
-    out_dir = tempfile.mkdtemp(prefix="scratch-")
-    args = train.parse_args(["--from-scratch", "--out", os.path.join(out_dir, "m"), "--vocab-size", str(vocab_size),
-                             "--steps", str(steps), "--quiet", "--seed", str(seed)] +
-                            [f"--{k.replace('_', '-')}={v}" for k, v in RECIPE.items()])
-    t = time.perf_counter()
-    folder, hp, params, train_ids, val_ids = train.from_scratch(args, os.path.join(out_dir, "vocab"))
-    tokenizer_s = time.perf_counter() - t
     text = train.read_text(train.CORPUS)
-    _, val_text = train.split_text(text, args.val_fraction)
+    train_text, val_text = train.split_text(text, 0.1)
+    t = time.perf_counter()
+    encoder = bpe.parse_vocab(*bpe.vocab_files(bpe.train_vocab(train_text, vocab_size)))  # as train.py's
+    tokenizer_s = time.perf_counter() - t
+    hp = {"n_vocab": encoder.n_vocab, "n_ctx": RECIPE["context"], **SHAPE}
+    params = init_params(hp, seed)
+    train_ids, val_ids = train.text_ids(encoder, text, 0.1, RECIPE["context"])
     bytes_per_token = len(val_text.encode("utf-8")) / len(val_ids)
 
     def val_loss():
         rng = np.random.default_rng(1)
-        return float(np.mean([cross_entropy(gpt2(x, params, hp["n_head"]), y)[0]
-                              for x, y in (train.batch(val_ids, 12, args.context, rng) for _ in range(EVAL_BATCHES))]))
+        return float(np.mean([cross_entropy(gpt2(x, params, hp["n_head"]), y)[0] for x, y in
+                              (train.batch(val_ids, 12, RECIPE["context"], rng) for _ in range(EVAL_BATCHES))]))
 
-    recipe = {k: getattr(args, k) for k in train.RECIPE}
+    recipe = dict(RECIPE, steps=steps, seed=seed)
     state, buffers, times, curve = new_adamw_state(params), {}, [], []
     start = time.perf_counter()
     for step in range(steps):
@@ -73,8 +76,6 @@ def ours(vocab_size, steps, seed=0):
         if (step + 1) % EVAL_EVERY == 0 or step + 1 == steps:
             curve.append((step + 1, val_loss()))
     wall = time.perf_counter() - start
-    shutil.rmtree(out_dir)
-    import parameters
     counts = parameters.count_parameters(hp)
     return {"vocab_size": vocab_size, "step_ms": statistics.median(times) * 1000, "wall_s": wall, "curve": curve,
             "val": curve[-1][1], "nats_per_byte": curve[-1][1] / bytes_per_token, "tokenizer_s": tokenizer_s,
