@@ -2,6 +2,7 @@
 element in float64. conftest.py runs this file first, so a student who rewrites a block meets its
 own test's failure before any test of the whole model."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -36,6 +37,15 @@ def test_the_hot_paths_gelu_equals_gelu():
     assert_float32(y, "gelu_no_temporaries")
     np.testing.assert_allclose(y, g.gelu(x), rtol=2e-6, atol=1e-6)
     assert np.array_equal(x, before)  # the input is not changed
+
+
+def test_the_hot_paths_gelu_at_the_extremes_without_a_warning():
+    x = np.float32([-1e4, -100.0, -10.0, -9.0, 0.0, 9.0, 100.0, 1e4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # exp(-2y) overflows to inf for a very negative x: that is its limit
+        y = g.gelu_no_temporaries(x)
+    np.testing.assert_allclose(y, g.gelu(x), rtol=2e-6, atol=1e-6)
+    assert y[0] == 0 and y[-1] == 1e4
 
 
 def test_softmax_matches_the_definition_and_does_not_overflow():
