@@ -48,26 +48,28 @@ def gelu_backward(x, dy):
 
 
 def gelu_backward_no_temporaries(x, dy):
-    """gelu_backward(x, dy), for the hot path: the same derivative written
-    0.5 (1 + t + u (1 - t²)) dy,  t = tanh(x (a + b x²)),  u = x (a + 3b x²),  a = √(2/π), b = 0.044715 a,
-    in three new arrays updated in place (~12 fewer trips through memory). A test holds it equal."""
+    """gelu_backward(x, dy), for the hot path. GELU is x s with s = 1 / (1 + exp(-2y)), y = x (a + b x²)
+    (as gelu_no_temporaries computes it), so its derivative is s + x s (1 - s) 2y':
+        dx = (s + s (1 - s) u) dy,  u = x (2a + 6b x²),  a = √(2/π), b = 0.044715 a,
+    one exp where gelu_backward has a tanh, in three new arrays updated in place. A test holds it equal."""
     a, b = SQRT_2_OVER_PI, GELU_CUBIC * SQRT_2_OVER_PI
     u = x * x
-    t = u * b
-    t += a
-    t *= x
-    np.tanh(t, out=t)
-    u *= 3.0 * b
-    u += a
+    s = u * (-2.0 * b)
+    s -= 2.0 * a
+    s *= x  # -2y
+    with np.errstate(over="ignore"):  # a very negative x: exp(-2y) = inf, s = 0, and the derivative is 0
+        np.exp(s, out=s)
+    s += 1.0
+    np.reciprocal(s, out=s)
+    u *= 6.0 * b
+    u += 2.0 * a
     u *= x
-    s = t * t
-    np.subtract(1.0, s, out=s)
-    u *= s
-    u += t
-    u += 1.0
-    u *= 0.5
-    u *= dy
-    return u
+    d = np.subtract(1.0, s)
+    d *= s
+    d *= u
+    d += s
+    d *= dy
+    return d
 
 
 def softmax_backward(y, dy):
