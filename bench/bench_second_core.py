@@ -9,8 +9,10 @@ comes every few milliseconds, so that worker always holds the second core, and a
 ours given half the rows (parallel.in_chunks) shares that core with it.
 
 Prints the CPU time the process burns while it sleeps for 1 s right after a product (the
-spinning), then softmax on a block of attention scores and gelu on a 1021-token MLP, each
-timed right after a product, plainly and through in_chunks. Medians of 30.
+spinning), then the forward's softmax and gelu and the backward's at the sizes the model and
+training meet, each timed right after a product three ways: in one call, through in_chunks
+(cache-sized chunks shared among the cores), and the same chunks one after another on the
+calling core alone. Medians of 30.
 """
 import os
 import statistics
@@ -22,8 +24,20 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 
+import backward  # noqa: E402
 import gpt2_numpy as g  # noqa: E402
-from parallel import in_chunks  # noqa: E402
+from parallel import CHUNK, in_chunks  # noqa: E402
+
+
+def chunks_on_one_core(rowwise, *arrays):
+    """in_chunks without the other cores: the same cache-sized chunks, one after another."""
+    n = arrays[0].shape[-1]
+    rows = [a.reshape(-1, n) for a in arrays]
+    out = np.empty_like(rows[0])
+    step = max(1, CHUNK // n)
+    for i in range(0, len(out), step):
+        out[i:i + step] = rowwise(*(a[i:i + step] for a in rows))
+    return out.reshape(arrays[0].shape)
 
 
 def after_a_product(f, a, w, n=30):
@@ -40,17 +54,22 @@ def after_a_product(f, a, w, n=30):
 def main():
     rng = np.random.default_rng(0)
     a, w = (rng.standard_normal(s).astype(np.float32) for s in ((1021, 768), (768, 768)))
-    scores = rng.standard_normal((1, 12, 128, 1021)).astype(np.float32)  # one block of queries
-    h = rng.standard_normal((1021, 3072)).astype(np.float32)  # the MLP's hidden layer
+    cases = [("softmax", g.softmax, [(1, 12, 128, 1021)]),  # one block of a prefill's queries
+             ("gelu", g.gelu_no_temporaries, [(1021, 3072)]),  # a 1021-token prefill's MLP
+             ("gelu_backward", backward.gelu_backward_no_temporaries, [(2048, 3072), (256, 3072), (768, 512)]),
+             ("softmax_backward", backward.softmax_backward, [(8, 12, 256, 256), (12, 4, 64, 64)])]
     a @ w
     cpu = time.process_time()
     time.sleep(1.0)
     print(f"OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT', 'unset')}: "
           f"CPU burnt in a 1 s sleep after a product: {time.process_time() - cpu:.3f} s")
-    for name, f, x in (("softmax [1,12,128,1021]", g.softmax, scores), ("gelu [1021,3072]", g.gelu_no_temporaries, h)):
-        plain = after_a_product(lambda: f(x), a, w)
-        shared = after_a_product(lambda: in_chunks(f, x), a, w)
-        print(f"  {name}: one call {plain:.2f} ms, in_chunks on {os.cpu_count()} cores {shared:.2f} ms")
+    print(f"  ms, right after a product: one call / in_chunks on {os.cpu_count()} cores / chunks on one core")
+    for name, f, sizes in cases:
+        for shape in sizes:
+            xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(f.__code__.co_argcount)]
+            times = [after_a_product(lambda: run(f, *xs), a, w) for run in
+                     (lambda f, *x: f(*x), in_chunks, chunks_on_one_core)]
+            print(f"  {name} {list(shape)}: " + " / ".join(f"{t:.2f}" for t in times))
 
 
 if __name__ == "__main__":
