@@ -1,4 +1,4 @@
-"""Can the forward pass's element-wise work use the second core? Each operation timed right after a matrix product.
+"""Can the element-wise work (forward and backward) use the second core? Each operation timed right after a matrix product.
 
     python bench/bench_second_core.py
     OPENBLAS_THREAD_TIMEOUT=4 python bench/bench_second_core.py    # OpenBLAS's workers sleep at once
