@@ -353,10 +353,8 @@ def train_merges(text, n_merges, on_merge=None):
 def train_merges_fast(text, n_merges, on_merge=None):
     """train_merges, for a real corpus (a test holds the two equal). Each distinct piece is kept
     once with how often it occurs, so a word seen 1,000 times is merged once, and counted 1,000
-    times. After a merge only the pieces that held the pair are counted again, and the best pair
-    comes off a heap instead of a scan of every count. A tie still goes to the pair first in the
-    text: its first piece (pieces are numbered in the order they first occur) and, in it, the
-    first position where it stands."""
+    times. After a merge only the pieces that held the pair are counted again (remerge_piece),
+    and the best pair comes off a heap instead of a scan of every count (pop_best_pair)."""
     import heapq
     from collections import Counter
 
@@ -370,51 +368,17 @@ def train_merges_fast(text, n_merges, on_merge=None):
             where.setdefault(pair, set()).add(i)
     heap = [(-c, pair) for pair, c in counts.items()]
     heapq.heapify(heap)
-
-    def first_place(pair):  # (piece, position in it) of the pair's first occurrence in the text
-        i = min(where[pair])
-        return i, list(zip(pieces[i], pieces[i][1:])).index(pair)
-
     merges = []
     for k in range(n_merges):
-        tied, top = [], None
-        while heap:  # every pair at the highest count, each once (the heap keeps stale entries)
-            c, pair = heap[0]
-            if counts.get(pair) != -c or pair in tied:
-                heapq.heappop(heap)
-                continue
-            if top is not None and c != top:
-                break
-            top = c
-            tied.append(heapq.heappop(heap)[1])
-        if not tied:
+        best = pop_best_pair(heap, counts, where, pieces)
+        if best is None:
             break
-        best = min(tied, key=first_place) if len(tied) > 1 else tied[0]
-        for pair in tied:
-            if pair != best:
-                heapq.heappush(heap, (top, pair))
-        new_id = 256 + k
         changed = set()
         for i in sorted(where[best]):
-            ids, w = pieces[i], weight[i]
-            for pair in zip(ids, ids[1:]):
-                counts[pair] -= w
-                changed.add(pair)
-            merged = merge_pair(ids, best, new_id)
-            old = set(zip(ids, ids[1:]))
-            pieces[i] = merged
-            new = set(zip(merged, merged[1:]))
-            for pair in zip(merged, merged[1:]):
-                counts[pair] = counts.get(pair, 0) + w
-                changed.add(pair)
-            for pair in old - new:
-                where[pair].discard(i)
-            for pair in new - old:
-                where.setdefault(pair, set()).add(i)
-        for pair in changed:
-            c = counts[pair]
-            if c > 0:
-                heapq.heappush(heap, (-c, pair))
+            changed |= remerge_piece(i, best, 256 + k, pieces, weight[i], counts, where)
+        for pair in changed:  # each changed count goes on the heap again; a stale entry is skipped later
+            if counts[pair] > 0:
+                heapq.heappush(heap, (-counts[pair], pair))
             else:
                 del counts[pair]
                 where.pop(pair, None)
@@ -422,6 +386,55 @@ def train_merges_fast(text, n_merges, on_merge=None):
         if on_merge:
             on_merge(k)
     return merges
+
+
+def pop_best_pair(heap, counts, where, pieces):
+    """The most frequent pair off the heap of (-count, pair), or None when none is left. A tie
+    goes to the pair first in the text: its first piece (pieces are numbered in the order they
+    first occur) and, in it, the first position where it stands. Entries whose count has changed
+    since they were pushed are dropped; the other tied pairs go back."""
+    import heapq
+
+    tied, top = [], None
+    while heap:
+        c, pair = heap[0]
+        if counts.get(pair) != -c or pair in tied:
+            heapq.heappop(heap)
+            continue
+        if top is not None and c != top:
+            break
+        top = c
+        tied.append(heapq.heappop(heap)[1])
+    if not tied:
+        return None
+
+    def first_place(pair):  # (piece, position in it) of the pair's first occurrence
+        i = min(where[pair])
+        return i, list(zip(pieces[i], pieces[i][1:])).index(pair)
+
+    best = min(tied, key=first_place) if len(tied) > 1 else tied[0]
+    for pair in tied:
+        if pair != best:
+            heapq.heappush(heap, (top, pair))
+    return best
+
+
+def remerge_piece(i, pair, new_id, pieces, weight, counts, where):
+    """Merge pair into new_id in piece i (seen `weight` times), moving its pairs' counts and
+    their `where` entries from the old spelling to the new one. -> the pairs whose count moved"""
+    ids = pieces[i]
+    merged = merge_pair(ids, pair, new_id)
+    for p in zip(ids, ids[1:]):
+        counts[p] -= weight
+    for p in zip(merged, merged[1:]):
+        counts[p] = counts.get(p, 0) + weight
+    old, new = set(zip(ids, ids[1:])), set(zip(merged, merged[1:]))
+    for p in old - new:
+        where[p].discard(i)
+    for p in new - old:
+        where.setdefault(p, set()).add(i)
+    pieces[i] = merged
+    return old | new
 
 
 GPT2_BYTE_ORDER = sorted(range(256), key=lambda b: ord(CODE_PAGE[b]))  # ids 0..255 -> their bytes, as GPT-2's

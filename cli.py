@@ -24,7 +24,7 @@ import look_inside
 import parameters
 import shapes
 from checkpoint import load_checkpoint
-from errors import UserError, fail
+from errors import UserError, fail, given_flags
 
 # The Python API's argument names, as the command line spells them.
 FLAGS = {"n_tokens": "--n-tokens", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
@@ -82,12 +82,6 @@ def parse_args(argv):
     if args.top is not None and args.top < 1:
         fail("--top must be at least 1")
     return args
-
-
-def given_flags(p, argv):
-    """The flags written on the command line, as their destinations (not those left to their defaults)."""
-    words = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
-    return {a.dest for a in p._actions if words & set(a.option_strings)}
 
 
 GENERATING = ("n_tokens", "temperature", "top_k", "top_p", "seed", "greedy", "n_samples", "no_stop")

@@ -28,6 +28,13 @@ def fail(message):
     sys.exit(2)
 
 
+def given_flags(parser, argv):
+    """The flags written on a command line, as their destinations: those a user chose, not left
+    to their defaults (argparse's namespace cannot tell the two apart)."""
+    words = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    return {a.dest for a in parser._actions if words & set(a.option_strings)}
+
+
 def read_json(path, error=UserError):
     """A JSON file's content; a missing or unreadable one is `error` (a UserError) naming it."""
     try:

@@ -23,12 +23,11 @@ import time
 
 import numpy as np
 
-import errors
 import parameters
 import shapes
 from backward import cross_entropy, loss_and_grads
 from checkpoint import check_writable, write_checkpoint
-from errors import UserError, fail, read_json
+from errors import UserError, fail, given_flags, read_json, read_text
 from gpt2_numpy import generate, gpt2
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate, new_adamw_state
 
@@ -43,13 +42,13 @@ CONFIG_FILE = "train_config.json"  # the run's flags, which --resume reads back
 # 1. The data
 # ============================================================================
 
-def read_text(path):
-    """A .txt file, or every .txt file in a folder (sorted), as one text."""
+def read_data(path):
+    """--data: a .txt file, or every .txt file in a folder (sorted), as one text."""
     files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".txt")) if os.path.isdir(path) \
         else [path]
     if not files:
         raise UserError("holds no .txt file", path=path)
-    return "\n\n".join(errors.read_text(f) for f in files)
+    return "\n\n".join(read_text(f) for f in files)
 
 
 def split_tokens(ids, context, val_fraction):
@@ -255,12 +254,6 @@ def parser():
     return p
 
 
-def given_flags(p, argv):
-    """The destinations of the flags written on the command line (not left to their defaults)."""
-    words = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
-    return {a.dest for a in p._actions if words & set(a.option_strings)}
-
-
 def check_flags(args):
     for name in ("steps", "batch_size", "context", "accum", "eval_every", "sample_every", "save_every"):
         if getattr(args, name) < 1:
@@ -354,7 +347,7 @@ def from_scratch(args, vocab_dir):
     import look_inside
     from initialise import init_params
 
-    text = read_text(args.data or CORPUS)
+    text = read_data(args.data or CORPUS)
     if args.tokenizer:
         encoder, vocab_dir = bpe.get_encoder(args.tokenizer), args.tokenizer
         if args.vocab_size not in (None, encoder.n_vocab):
@@ -384,7 +377,7 @@ def from_a_model(args):
 
     if args.model in shapes.SIZES and not args.resume:  # a released size: refuse before downloading it
         check_memory(shapes.hparams(args.model), args.batch_size, args.context, look_inside.available_memory())
-    text = read_text(args.data or CORPUS)
+    text = read_data(args.data or CORPUS)
     folder = args.out if args.resume else loading.fetch_model(args.model, args.models_dir, quiet=args.quiet)
     hparams, params = loading.load_weights(folder)
     check_writable(hparams, args.out)  # before training, not at the first save
