@@ -24,11 +24,13 @@ hot loop works on bytes and integer ids only.
 """
 import argparse
 import codecs
+import heapq
 import json
 import operator
 import os
 import re
 import sys
+from collections import Counter
 from itertools import chain, repeat
 from operator import itemgetter
 
@@ -355,9 +357,6 @@ def train_merges_fast(text, n_merges, on_merge=None):
     once with how often it occurs, so a word seen 1,000 times is merged once, and counted 1,000
     times. After a merge only the pieces that held the pair are counted again (remerge_piece),
     and the best pair comes off a heap instead of a scan of every count (pop_best_pair)."""
-    import heapq
-    from collections import Counter
-
     freq = Counter(PRETOKENIZE.findall(text))  # insertion order: the order pieces first occur
     pieces = [list(piece.encode("utf-8")) for piece in freq]
     weight = list(freq.values())
@@ -373,9 +372,9 @@ def train_merges_fast(text, n_merges, on_merge=None):
         best = pop_best_pair(heap, counts, where, pieces)
         if best is None:
             break
-        changed = set()
+        changed = set()  # the pairs whose count moved
         for i in sorted(where[best]):
-            changed |= remerge_piece(i, best, 256 + k, pieces, weight[i], counts, where)
+            remerge_piece(i, best, 256 + k, pieces, weight[i], counts, where, changed)
         for pair in changed:  # each changed count goes on the heap again; a stale entry is skipped later
             if counts[pair] > 0:
                 heapq.heappush(heap, (-counts[pair], pair))
@@ -393,8 +392,6 @@ def pop_best_pair(heap, counts, where, pieces):
     goes to the pair first in the text: its first piece (pieces are numbered in the order they
     first occur) and, in it, the first position where it stands. Entries whose count has changed
     since they were pushed are dropped; the other tied pairs go back."""
-    import heapq
-
     tied, top = [], None
     while heap:
         c, pair = heap[0]
@@ -419,22 +416,24 @@ def pop_best_pair(heap, counts, where, pieces):
     return best
 
 
-def remerge_piece(i, pair, new_id, pieces, weight, counts, where):
+def remerge_piece(i, pair, new_id, pieces, weight, counts, where, changed):
     """Merge pair into new_id in piece i (seen `weight` times), moving its pairs' counts and
-    their `where` entries from the old spelling to the new one. -> the pairs whose count moved"""
-    ids = pieces[i]
-    merged = merge_pair(ids, pair, new_id)
-    for p in zip(ids, ids[1:]):
+    their `where` entries from the old spelling to the new one; each pair whose count moved
+    goes into the set `changed`."""
+    before = list(zip(pieces[i], pieces[i][1:]))
+    pieces[i] = merge_pair(pieces[i], pair, new_id)
+    after = list(zip(pieces[i], pieces[i][1:]))
+    for p in before:
         counts[p] -= weight
-    for p in zip(merged, merged[1:]):
+    for p in after:
         counts[p] = counts.get(p, 0) + weight
-    old, new = set(zip(ids, ids[1:])), set(zip(merged, merged[1:]))
+    old, new = set(before), set(after)
     for p in old - new:
         where[p].discard(i)
     for p in new - old:
         where.setdefault(p, set()).add(i)
-    pieces[i] = merged
-    return old | new
+    changed.update(before)
+    changed.update(after)
 
 
 GPT2_BYTE_ORDER = sorted(range(256), key=lambda b: ord(CODE_PAGE[b]))  # ids 0..255 -> their bytes, as GPT-2's
