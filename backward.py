@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from gpt2_numpy import GELU_CUBIC, SQRT_2_OVER_PI, gpt2_hidden, log_softmax, merge_heads, softmax, split_heads
-from parallel import in_chunks, reused, shared_among_cores
+from plumbing.parallel import in_chunks, reused, shared_among_cores
 
 KEPT = ("resid_pre", "ln_1", "attn.q", "attn.k", "attn.v", "attn.weights", "attn.z", "resid_mid", "ln_2",
         "mlp.c_fc", "mlp.gelu")  # per block; and the last block's output, ln_f's input

@@ -36,7 +36,7 @@ from operator import itemgetter
 
 import regex
 
-from errors import UserError, fail, read_text
+from plumbing.errors import UserError, fail, read_text
 
 ENDOFTEXT = "<|endoftext|>"
 DEFAULT_VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpt2-vocab")

@@ -25,13 +25,10 @@ import time
 import requests
 from tqdm import tqdm
 
-import hf_model
-import model_files
-import safetensors_reader
-import shapes
-from checkpoint import DATA_SUFFIX, CheckpointError, checkpoint_prefix, verify_checkpoint
-from errors import UserError, fail
-from model_files import DATA_FILE, MODEL_FILES, BadFile, WebPage
+from plumbing import hf_model, model_files, safetensors_reader, shapes
+from plumbing.checkpoint import DATA_SUFFIX, CheckpointError, checkpoint_prefix, verify_checkpoint
+from plumbing.errors import UserError, fail
+from plumbing.model_files import DATA_FILE, MODEL_FILES, BadFile, WebPage
 
 try:
     import fcntl  # POSIX file locks

@@ -7,10 +7,11 @@ The file goes in the order the data flows:
   2. attention          split_heads, attention_scores, attention, the KV cache, mha
   3. the model          transformer_block, gpt2_hidden, gpt2
   4. generation         sampling controls, generate (streams tokens), score
-and at the bottom the entry point, which hands over to cli.py.
+and at the bottom the entry point, which hands over to plumbing/gpt2_cli.py.
 
-It needs NumPy and nothing else: finding, downloading and reading the weights is loading.py's
-work, and the command line is cli.py's. The model knows nothing of either.
+It needs NumPy and nothing else: finding, downloading and reading the weights is
+plumbing/loading.py's work, and the command line is plumbing/gpt2_cli.py's. The model knows
+nothing of either.
 
 Arrays are float32 throughout. Shapes use B = batch, T = positions, C = n_embd,
 H = n_head, D = C / H (one head's width), V = n_vocab. Parameter names follow
@@ -27,7 +28,7 @@ import sys
 
 import numpy as np
 
-from errors import UserError  # a ValueError that the command line prints as one line (standard library only)
+from plumbing.errors import UserError  # a ValueError that the command line prints as one line (standard library only)
 
 ENDOFTEXT = 50256  # <|endoftext|>: separates documents; GPT-2 writes it when a text is done
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)  # a Python float: see below
@@ -364,7 +365,7 @@ def score(ids, params, hparams):
 
 
 if __name__ == "__main__":
-    sys.modules.setdefault("gpt2_numpy", sys.modules["__main__"])  # cli's `import gpt2_numpy` is this file, run once
-    import cli  # the command line (flags, printing, exit codes) is its own file: this one is the model
+    sys.modules.setdefault("gpt2_numpy", sys.modules["__main__"])  # gpt2_cli imports this file: run it once
+    from plumbing import gpt2_cli  # the command line (flags, printing, exit codes): this file is the model
 
-    sys.exit(cli.main())
+    sys.exit(gpt2_cli.main())

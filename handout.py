@@ -26,7 +26,7 @@ import os
 import shutil
 import sys
 
-from errors import UserError, fail
+from plumbing.errors import UserError, fail
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -63,9 +63,9 @@ EXERCISES = {
          ("bpe.py", "merge", "test_merges_match_the_classic_algorithm")], ["test_the_fast_merge_equals_merge"],
         "generate"),
     10: ("reading a checkpoint",
-         [("checkpoint.py", "read_varint", "test_read_varint"),
-          ("checkpoint.py", "read_footer", "test_footer_has_the_magic_and_two_handles")], [], "generate"),
-    11: ("CRC-32C", [("crc32c.py", "crc32c_by_bits", "test_crc32c_definition_gives_the_known_answers")], [],
+         [("plumbing/checkpoint.py", "read_varint", "test_read_varint"),
+          ("plumbing/checkpoint.py", "read_footer", "test_footer_has_the_magic_and_two_handles")], [], "generate"),
+    11: ("CRC-32C", [("plumbing/crc32c.py", "crc32c_by_bits", "test_crc32c_definition_gives_the_known_answers")], [],
          "generate"),
     12: ("the transformer block", [("gpt2_numpy.py", "transformer_block", "test_every_stage_matches_hugging_face")], [],
          "generate"),
@@ -118,7 +118,7 @@ TWINS = {
     ("bpe.py", "merge_fast"): (("merge_once", "merge"), "return self.merge(ids)"),
     ("bpe.py", "train_merges_fast"): (("pair_counts", "merge_pair", "learn_merge"),
                                       "return train_merges(text, n_merges, on_merge)"),
-    ("crc32c.py", "crc32c"): (("crc32c_by_bits",),
+    ("plumbing/crc32c.py", "crc32c"): (("crc32c_by_bits",),
                               "return crc32c_by_bits(data.tobytes() if isinstance(data, np.ndarray) else data)"),
     ("backward.py", "gelu_backward_no_temporaries"): (("gelu_backward",), "return gelu_backward(x, dy)"),
     ("backward.py", "cross_entropy_in_place"): (

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-import shapes
+from plumbing import shapes
 
 STD = 0.02  # GPT-2's (and GPT-1's) standard deviation for weights
 

@@ -30,8 +30,8 @@ import os
 
 import numpy as np
 
-from errors import UserError
 from gpt2_numpy import gpt2, layer_norm, log_softmax, softmax
+from plumbing.errors import UserError
 
 BLOCK_STAGES = {  # inside block i: ours -> (TransformerLens's name, its shape as shown here)
     "resid_pre": ("hook_resid_pre", "BTC"), "ln_1": ("ln1.hook_normalized", "BTC"),

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-import shapes
-from parallel import CHUNK, shared_among_cores
+from plumbing import shapes
+from plumbing.parallel import CHUNK, shared_among_cores
 
 
 # ============================================================================

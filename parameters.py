@@ -6,7 +6,7 @@ A GPT-2 block has 12·d² + 13·d parameters: attention 4d² + 4d (c_attn 3d² +
 d² + d), the MLP 8d² + 5d (c_fc 4d² + 4d, c_proj 4d² + d), two LayerNorms 4d. Around
 the blocks: wte V·d, wpe T·d and ln_f 2d; the head is wte again (tied), so it adds 0.
 """
-import shapes
+from plumbing import shapes
 
 PARTS = ("wte (token embedding)", "wpe (position embedding)", "blocks", "ln_f", "head")
 

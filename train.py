@@ -23,13 +23,13 @@ import time
 
 import numpy as np
 
-import parameters
-import shapes
 from backward import cross_entropy, loss_and_grads
-from checkpoint import check_writable, write_checkpoint
-from errors import UserError, fail, given_flags, read_json, read_text
 from gpt2_numpy import generate, gpt2
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate, new_adamw_state
+import parameters
+from plumbing import shapes
+from plumbing.checkpoint import check_writable, write_checkpoint
+from plumbing.errors import UserError, fail, given_flags, read_json, read_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "data", "tinyshakespeare.txt")  # --from-scratch's text when no --data is given
@@ -372,7 +372,7 @@ def from_a_model(args):
     """A model to train further: a released size, a folder, hf:owner/name, or (--resume) the run in
     --out. -> (its folder, hparams, trainable params, train ids, val ids)"""
     import bpe
-    import loading
+    from plumbing import loading
     import look_inside
 
     if args.model in shapes.SIZES and not args.resume:  # a released size: refuse before downloading it

@@ -23,7 +23,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 import gpt2_numpy as ours  # noqa: E402
-from checkpoint import load_checkpoint  # noqa: E402
+from plumbing.checkpoint import load_checkpoint  # noqa: E402
 
 
 def load_baseline(folder):

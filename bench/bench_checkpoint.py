@@ -13,7 +13,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-import checkpoint  # noqa: E402
+from plumbing import checkpoint  # noqa: E402
 
 
 def main():

@@ -26,7 +26,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 import gpt2_numpy as g  # noqa: E402
-from checkpoint import load_checkpoint  # noqa: E402
+from plumbing.checkpoint import load_checkpoint  # noqa: E402
 
 
 def products(params):

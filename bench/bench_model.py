@@ -31,7 +31,7 @@ import json, os, resource, sys, time
 sys.path.insert(0, ROOT)
 import numpy as np
 try:
-    from checkpoint import load_checkpoint
+    from plumbing.checkpoint import load_checkpoint
 except ImportError:  # a baseline from before checkpoint.py had its own file
     from download import load_checkpoint
 hp, params = load_checkpoint(FOLDER)

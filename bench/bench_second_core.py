@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 
 import backward  # noqa: E402
 import gpt2_numpy as g  # noqa: E402
-from parallel import CHUNK, in_chunks  # noqa: E402
+from plumbing.parallel import CHUNK, in_chunks  # noqa: E402
 
 
 def chunks_on_one_core(rowwise, *arrays):

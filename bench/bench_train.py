@@ -55,7 +55,7 @@ def numpy_step(args):
 
     import optimizer
     import train
-    from checkpoint import load_checkpoint
+    from plumbing.checkpoint import load_checkpoint
     hp, params = load_checkpoint(args.folder)
     params = train.trainable(params)  # the read-only file views are dropped here
     state, buffers = optimizer.new_adamw_state(params), {}

@@ -20,7 +20,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from checkpoint import load_checkpoint  # noqa: E402
+from plumbing.checkpoint import load_checkpoint  # noqa: E402
 
 MODEL_MAGIC, MODEL_VERSION = 20240326, 3
 DATA_MAGIC, DATA_VERSION = 20240520, 1

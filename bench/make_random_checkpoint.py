@@ -18,8 +18,8 @@ import tensorflow as tf
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
-import shapes  # noqa: E402
-from checkpoint import stored_shapes  # noqa: E402
+from plumbing import shapes  # noqa: E402
+from plumbing.checkpoint import stored_shapes  # noqa: E402
 
 
 def main():

@@ -33,7 +33,7 @@ GRAD_GOLDEN = np.load(os.path.join(DATA, "grad_golden.npz"))  # torch's gradient
 @pytest.fixture(scope="session")
 def models():
     """{'tiny', 'odd'}: (hparams, params) of the committed real-TensorFlow checkpoints."""
-    from checkpoint import load_checkpoint
+    from plumbing.checkpoint import load_checkpoint
     return {name: load_checkpoint(checkpoint_dir(name)) for name in ("tiny", "odd")}
 
 

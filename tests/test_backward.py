@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import backward
-import gpt2_numpy as g
-import shapes
 from conftest import GRAD_GOLDEN as GOLDEN
+import gpt2_numpy as g
+from plumbing import shapes
 
 CASES = {"odd": "odd", "odd_full": "odd", "tiny": "tiny"}
 

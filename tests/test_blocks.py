@@ -7,8 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
-import gpt2_numpy as g
 from conftest import rand
+import gpt2_numpy as g
 
 
 def assert_float32(y, name):

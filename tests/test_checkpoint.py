@@ -8,10 +8,9 @@ import struct
 import numpy as np
 import pytest
 
-import checkpoint
-import shapes
-from checkpoint import CheckpointError
 from conftest import checkpoint_dir, expected_tensors
+from plumbing import checkpoint, shapes
+from plumbing.checkpoint import CheckpointError
 
 
 # --- the format ---------------------------------------------------------------------------
@@ -202,9 +201,9 @@ def test_varint_is_read_varints_inverse(value):
 
 
 def test_one_rule_for_hparams_json_wherever_it_is_read(tmp_path):
-    import model_files
-    import shapes
-    from checkpoint import read_hparams
+    from plumbing import model_files
+    from plumbing import shapes
+    from plumbing.checkpoint import read_hparams
     good = {"n_vocab": 10, "n_ctx": 8, "n_embd": 6, "n_head": 2, "n_layer": 1}
     assert shapes.hparams_problem(good) is None
     for bad, problem in [({**good, "n_head": 4}, "has n_embd 6, not a multiple of n_head 4"),

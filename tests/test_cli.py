@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-import cli
-import gpt2_numpy as g
 from conftest import DATA, ROOT, closed_port, model_folder_copy, tiny_mirror
+import gpt2_numpy as g
+from plumbing import gpt2_cli
 
 TURING_TEXT = "Alan Turing theorized that computers would one day become"
 GOLDEN = np.load(os.path.join(DATA, "hf_golden.npz"))
@@ -299,11 +299,11 @@ def test_a_bug_shows_its_traceback_and_is_not_called_a_user_error(tmp_path):
     """A student's typical slip: c_fc and c_proj swapped in ffn. NumPy raises a ValueError
     (shapes do not match); that is a bug, so the CLI must not turn it into 'error: ...' and 2."""
     folder = model_folder_copy("tiny", str(tmp_path / "tiny"))
-    broken = ("import sys, gpt2_numpy, cli\n"
+    broken = ("import sys, gpt2_numpy\nfrom plumbing import gpt2_cli\n"
               "def ffn(x, c_fc, c_proj, hook=gpt2_numpy.no_hook):\n"
               "    return gpt2_numpy.linear(gpt2_numpy.gelu(gpt2_numpy.linear(x, **c_proj)), **c_fc)\n"
               "gpt2_numpy.ffn = ffn\n"
-              "sys.exit(cli.main(sys.argv[1:]))\n")
+              "sys.exit(gpt2_cli.main(sys.argv[1:]))\n")
     r = subprocess.run([sys.executable, "-c", broken, "hi", "--model", folder, "--quiet"], capture_output=True,
                        text=True, cwd=ROOT, timeout=120)
     assert r.returncode not in (0, 2), r.stderr
@@ -314,8 +314,8 @@ def test_a_bug_shows_its_traceback_and_is_not_called_a_user_error(tmp_path):
 def test_user_errors_name_flags_from_a_table_not_from_rewritten_text():
     e = g.UserError("must be a whole number >= 1, got 0", arg="top_k")
     assert str(e) == "top_k must be a whole number >= 1, got 0"  # the Python API's name
-    assert cli.user_message(e) == "--top-k must be a whole number >= 1, got 0"
-    assert set(cli.FLAGS) >= {"n_tokens", "temperature", "top_k", "top_p", "n_samples"}
+    assert gpt2_cli.user_message(e) == "--top-k must be a whole number >= 1, got 0"
+    assert set(gpt2_cli.FLAGS) >= {"n_tokens", "temperature", "top_k", "top_p", "n_samples"}
 
 
 def test_a_prompt_that_is_not_utf8():
@@ -382,7 +382,7 @@ def test_ctrl_c_during_generation_exits_130(monkeypatch, tmp_path):
 
     monkeypatch.setattr(g, "generate", interrupted)
     folder = model_folder_copy("tiny", str(tmp_path / "tiny"))
-    assert cli.main(["hi", "--model", folder, "--quiet"]) == 130
+    assert gpt2_cli.main(["hi", "--model", folder, "--quiet"]) == 130
 
 
 def test_no_prompt_says_it_samples_unconditionally_and_counts_endoftext(site):

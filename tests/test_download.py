@@ -5,11 +5,11 @@ import sys
 
 import pytest
 
-import download
-import shapes
-from checkpoint import load_checkpoint
-from download import CheckpointError, DownloadError
 from conftest import ROOT, checkpoint_dir, closed_port, model_folder_copy
+import download
+from download import CheckpointError, DownloadError
+from plumbing import shapes
+from plumbing.checkpoint import load_checkpoint
 
 DATA_FILE = "model.ckpt.data-00000-of-00001"
 

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-import handout
 from conftest import HERE, ROOT
+import handout
 
 
 EXERCISES_DOC = os.path.join(ROOT, "docs", "exercises.md")
@@ -124,14 +124,16 @@ def test_a_handout_inside_the_project_does_not_copy_itself(tmp_path):
 # --- the program runs what the student writes ------------------------------------------------
 
 PROMPT = "Alan Turing theorized that computers would one day become"
-HEADS = """import numpy as np, loading, look_inside
+HEADS = """import numpy as np, look_inside
+from plumbing import loading
 encoder, hp, params = loading.load_model("model")
 ids = encoder.encode("the cat sat on the mat, and the cat sat on the mat")
 _, cache = look_inside.run_with_cache([ids], params, hp, names=lambda n: n.endswith("hook_pattern"))
 pattern = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(hp["n_layer"])])
 print(look_inside.previous_token_scores(pattern).round(5).tolist(), look_inside.induction_scores(pattern, ids).round(5).tolist())
 """
-ABLATE = """import loading, look_inside
+ABLATE = """import look_inside
+from plumbing import loading
 encoder, hp, params = loading.load_model("model")
 ids = [encoder.encode("the cat sat on the mat, and the dog ran to the park")]
 print(round(look_inside.loss(ids, params, hp), 5), round(look_inside.loss(ids, params, hp, {"blocks.1.attn.hook_z": look_inside.zero_ablate_head(1)}), 5))

@@ -14,13 +14,11 @@ import numpy as np
 import pytest
 
 import bpe
-import gpt2_numpy as g
-import hf_model
-import hub
-import safetensors_reader as st
-import shapes
 from conftest import DATA, ROOT, VOCAB, Mirror
 from download import DownloadError
+import gpt2_numpy as g
+from plumbing import hf_model, hub, shapes
+from plumbing import safetensors_reader as st
 
 HF = os.path.join(DATA, "hf")
 GOLDEN = np.load(os.path.join(HF, "golden.npz"))

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import bpe
-import html_page
-import look_inside as li
-from checkpoint import load_checkpoint
 from conftest import VOCAB, checkpoint_dir
+import look_inside as li
+from plumbing import html_page
+from plumbing.checkpoint import load_checkpoint
 
 
 def embedded(page):

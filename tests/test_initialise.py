@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 import initialise
-import shapes
+from plumbing import shapes
 
 HP = {"n_vocab": 1000, "n_ctx": 256, "n_embd": 128, "n_head": 4, "n_layer": 8}
 

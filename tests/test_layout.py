@@ -10,7 +10,15 @@ import sys
 import bpe
 from conftest import FILE_ORDER, HERE, ROOT
 
-PROJECT = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
+TOP = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
+PLUMBING = sorted("plumbing." + os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "plumbing", "*.py"))
+                  if not p.endswith("__init__.py"))
+PROJECT = TOP + PLUMBING
+GLUE = {"plumbing.gpt2_cli", "plumbing.train_cli", "download", "plumbing.hub", "plumbing.loading"}
+
+
+def source(module):
+    return os.path.join(ROOT, *module.split(".")) + ".py"
 
 
 def modules_loaded_by(statement):
@@ -22,8 +30,8 @@ def modules_loaded_by(statement):
 def test_the_model_needs_numpy_and_nothing_else():
     loaded = modules_loaded_by("import gpt2_numpy")
     assert not {"requests", "urllib3", "tqdm", "regex"} & loaded
-    assert loaded & set(PROJECT) == {"gpt2_numpy", "errors"}  # errors.py is the standard library only
-    assert not {"requests", "tqdm", "regex"} & modules_loaded_by("import errors")
+    assert loaded & set(PROJECT) == {"gpt2_numpy", "plumbing.errors"}  # errors.py is the standard library only
+    assert not {"requests", "tqdm", "regex"} & modules_loaded_by("import plumbing.errors")
 
 
 def imports(path, top_only=False):
@@ -38,9 +46,11 @@ def imports(path, top_only=False):
         if id(node) in main or (top_only and isinstance(node, (ast.FunctionDef, ast.ClassDef))):
             return
         if isinstance(node, ast.Import):
-            found.update(a.name.split(".")[0] for a in node.names)
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module == "plumbing":
+            found.update("plumbing." + a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module.split(".")[0])
+            found.add(node.module)
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -50,7 +60,7 @@ def imports(path, top_only=False):
 
 def test_no_import_cycle_among_the_projects_modules():
     """Imports go one way, even those made inside a function when it is first called."""
-    graph = {m: imports(os.path.join(ROOT, m + ".py")) for m in PROJECT}
+    graph = {m: imports(source(m)) for m in PROJECT}
     done, path = set(), []
 
     def walk(m):
@@ -68,11 +78,22 @@ def test_no_import_cycle_among_the_projects_modules():
 
 
 def test_the_model_knows_nothing_of_downloads_or_the_command_line():
-    graph = {m: imports(os.path.join(ROOT, m + ".py")) for m in PROJECT}
-    assert graph["gpt2_numpy"] == {"errors"} == imports(os.path.join(ROOT, "gpt2_numpy.py"), top_only=True)
-    for low in ("gpt2_numpy", "backward", "optimizer", "parallel"):
-        if low in graph:
-            assert not graph[low] & {"cli", "download", "hub", "loading", "train"}, (low, graph[low])
+    graph = {m: imports(source(m)) for m in PROJECT}
+    assert graph["gpt2_numpy"] == {"plumbing.errors"} == imports(source("gpt2_numpy"), top_only=True)
+    for low in ("gpt2_numpy", "backward", "optimizer", "plumbing.parallel"):
+        assert not graph[low] & (GLUE | {"train"}), (low, graph[low])
+
+
+def test_no_chapter_imports_the_command_line_glue():
+    """Glue may import chapters; a chapter (a top-level file that is not itself a command) never imports glue."""
+    chapters = {"gpt2_numpy", "bpe", "look_inside", "backward", "optimizer", "initialise", "parameters", "train"}
+    for m in sorted(chapters):
+        assert not imports(source(m)) & {"plumbing.gpt2_cli", "plumbing.train_cli"}, m
+
+
+def test_the_top_level_is_a_table_of_contents():
+    assert len(TOP) <= 12, TOP
+    assert PLUMBING and not glob.glob(os.path.join(ROOT, "plumbing", "*", "*.py")), "the plumbing is one flat folder"
 
 
 def test_what_the_program_reads_at_run_time_is_not_under_tests():
@@ -94,5 +115,10 @@ def test_the_readme_is_a_front_door_and_its_links_lead_somewhere():
     links = re.findall(r"\]\((docs/[\w.]+)\)", readme)
     assert {"docs/exercises.md", "docs/performance.md", "docs/fine_tuning.md", "docs/look_inside.md"} <= set(links)
     assert all(os.path.isfile(os.path.join(ROOT, link)) for link in links)
-    listed = set(re.findall(r"^    (\w+\.py) ", readme, re.M))
-    assert listed == {f + ".py" for f in PROJECT}, "the README's map names every module, and only those"
+    listed = re.findall(r"^    (\w+\.py|\w+/) ", readme, re.M)
+    assert sorted(f for f in listed if f.endswith(".py")) == [f + ".py" for f in TOP], \
+        "the README's map names every top-level module, and only those"
+    assert "plumbing/" in listed
+    with open(os.path.join(ROOT, "plumbing", "README.md"), encoding="utf-8") as f:
+        inside = set(re.findall(r"^    (\w+\.py) ", f.read(), re.M))
+    assert inside == {m.split(".")[1] + ".py" for m in PLUMBING}, "plumbing/README.md names every file in the folder"

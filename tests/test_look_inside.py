@@ -7,10 +7,10 @@ import os
 import numpy as np
 import pytest
 
+from conftest import DATA, checkpoint_dir
 import gpt2_numpy as g
 import look_inside as li
-from checkpoint import load_checkpoint
-from conftest import DATA, checkpoint_dir
+from plumbing.checkpoint import load_checkpoint
 
 GOLDEN = np.load(os.path.join(DATA, "hf_golden.npz"))
 CASES = {"tiny_turing": "tiny", "tiny_batch": "tiny", "odd_full_context": "odd", "odd_prompt": "odd",

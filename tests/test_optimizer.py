@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import backward
-import optimizer
-import shapes
 from conftest import GRAD_GOLDEN as GOLDEN
+import optimizer
 from train import trainable
+from plumbing import shapes
 
 
 @pytest.mark.parametrize("case, name", [("adamw_odd", "odd"), ("adamw_tiny", "tiny")])

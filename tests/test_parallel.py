@@ -5,7 +5,7 @@ import numpy as np
 
 import backward
 import gpt2_numpy as g
-import parallel
+from plumbing import parallel
 
 
 def test_in_chunks_on_all_the_cores_is_the_same_function(monkeypatch):

@@ -1,10 +1,10 @@
 """parameters.py: parameter counts by part (GPT-2, GPT-3, Llama 3), by formula and from the tensors."""
 import pytest
 
-import parameters
-import shapes
-from checkpoint import load_checkpoint
 from conftest import checkpoint_dir
+import parameters
+from plumbing import shapes
+from plumbing.checkpoint import load_checkpoint
 
 
 @pytest.mark.parametrize("size, total", [("124M", 124_439_808), ("355M", 354_823_168), ("774M", 774_030_080),

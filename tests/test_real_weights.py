@@ -12,7 +12,7 @@ import pytest
 
 import bpe
 import gpt2_numpy as g
-from checkpoint import load_checkpoint, verify_checkpoint
+from plumbing.checkpoint import load_checkpoint, verify_checkpoint
 
 MODELS = os.environ.get("GPT2_REAL_MODELS_DIR", "")
 FOLDER = os.path.join(os.path.expanduser(MODELS), "124M") if MODELS else ""

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import backward
-import optimizer
-import shapes
-import train
-from checkpoint import load_checkpoint
 from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT, model_folder_copy
+import optimizer
+import train
+from plumbing import shapes
+from plumbing.checkpoint import load_checkpoint
 
 
 def test_a_step_accumulating_two_micro_batches_in_reused_buffers(models):
@@ -46,7 +46,7 @@ def test_accumulation_copies_the_first_micro_batchs_gradients(models):
 
 
 def test_a_trainable_copy_is_writable_and_keeps_each_layer_norms_eps():
-    import hf_model
+    from plumbing import hf_model
     _, params, _ = hf_model.load_hf_folder(os.path.join(DATA, "hf", "inner"))
     copy = train.trainable(params)
     assert copy["ln_f"]["eps"] == 1e-3 and copy["blocks"][2]["ln_2"]["eps"] == 1e-3

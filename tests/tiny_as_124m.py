@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-import shapes  # noqa: E402
+from plumbing import shapes  # noqa: E402
 
 
 def pretend():

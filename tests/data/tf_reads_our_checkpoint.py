@@ -16,8 +16,8 @@ import tensorflow as tf
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-import checkpoint  # noqa: E402
-import shapes  # noqa: E402
+from plumbing import checkpoint  # noqa: E402
+from plumbing import shapes  # noqa: E402
 
 
 def main():

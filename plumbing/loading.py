@@ -14,9 +14,8 @@ import sys
 
 import bpe
 import download
-import hf_model
-import hub
-from checkpoint import load_checkpoint
+from plumbing import hf_model, hub
+from plumbing.checkpoint import load_checkpoint
 
 
 def model_folder(model, models_dir=None):

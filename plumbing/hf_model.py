@@ -18,9 +18,9 @@ import os
 
 import numpy as np
 
-import shapes
-from errors import UserError, read_json
-from safetensors_reader import load_folder
+from plumbing import shapes
+from plumbing.errors import UserError, read_json
+from plumbing.safetensors_reader import load_folder
 
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # two names for GPT-2's tanh approximation
 DEFAULT_EPS = 1e-5

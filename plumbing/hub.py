@@ -16,10 +16,10 @@ import json
 import os
 import re
 
-import model_files
 from download import DownloadError, NotFound, default_models_dir, fetch_file, taking_turns
-from model_files import BadFile
-from safetensors_reader import SafetensorsError, read_header
+from plumbing import model_files
+from plumbing.model_files import BadFile
+from plumbing.safetensors_reader import SafetensorsError, read_header
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_ENV = "HF_ENDPOINT"

@@ -25,9 +25,9 @@ import tempfile
 import numpy as np
 from tqdm import tqdm
 
-import shapes
-from crc32c import masked_crc32c
-from errors import UserError, read_json
+from plumbing import shapes
+from plumbing.crc32c import masked_crc32c
+from plumbing.errors import UserError, read_json
 
 DATA_SUFFIX = ".data-00000-of-00001"
 

@@ -18,7 +18,7 @@ import struct
 
 import numpy as np
 
-from errors import UserError
+from plumbing.errors import UserError
 
 DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"), "F64": np.dtype("<f8"),
           "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "U8": np.dtype("u1"), "BOOL": np.dtype("?")}

@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 
 import look_inside
-from errors import UserError
+from plumbing.errors import UserError
 
 MAX_BYTES = 100_000_000  # past this, a browser struggles: the prompt should be shorter
 N_NEXT = 10

@@ -22,8 +22,8 @@ import json
 import os
 
 import parameters
-import shapes
-from checkpoint import CheckpointError, DATA_SUFFIX, data_size, read_gpt2_index, verify_checkpoint
+from plumbing import shapes
+from plumbing.checkpoint import CheckpointError, DATA_SUFFIX, data_size, read_gpt2_index, verify_checkpoint
 
 DATA_FILE = "model.ckpt" + DATA_SUFFIX
 # In the order they are fetched: hparams.json before the index (which it explains), the

@@ -19,12 +19,11 @@ import numpy as np
 
 import bpe
 import gpt2_numpy as g
-import loading
 import look_inside
 import parameters
-import shapes
-from checkpoint import load_checkpoint
-from errors import UserError, fail, given_flags
+from plumbing import loading, shapes
+from plumbing.checkpoint import load_checkpoint
+from plumbing.errors import UserError, fail, given_flags
 
 # The Python API's argument names, as the command line spells them.
 FLAGS = {"n_tokens": "--n-tokens", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
@@ -341,7 +340,7 @@ def run_lens(args, encoder, hparams, params):
 
 
 def run_html(args, encoder, hparams, params):
-    import html_page  # only this subcommand needs it
+    from plumbing import html_page  # only this subcommand needs it
 
     ids = encoder.encode(args.prompt)
     if len(ids) > hparams["n_ctx"]:
