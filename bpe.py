@@ -37,6 +37,7 @@ from operator import itemgetter
 import regex
 
 from plumbing.errors import UserError, fail, read_text
+from plumbing.folders import check_new_folder, whole_folder
 
 ENDOFTEXT = "<|endoftext|>"
 DEFAULT_VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpt2-vocab")
@@ -497,21 +498,12 @@ def train_vocab(text, vocab_size, quiet=True):
 
 def write_vocab(folder, merges):
     """encoder.json and vocab.bpe into folder (made new), whole or not at all."""
-    import tempfile
-
-    parent = os.path.dirname(os.path.abspath(folder))
-    if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
-        raise UserError("already exists and is not an empty folder", path=folder)
-    if not os.path.isdir(parent):
-        raise UserError(f"its parent folder {parent} does not exist", path=folder)
+    check_new_folder(folder)
     encoder_json, vocab_bpe = vocab_files(merges)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".vocab-")
-    for name, content in (("encoder.json", encoder_json), ("vocab.bpe", vocab_bpe)):
-        with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
-            f.write(content)
-    if os.path.isdir(folder):
-        os.rmdir(folder)
-    os.rename(tmp, folder)
+    with whole_folder(folder, "the vocabulary") as tmp:
+        for name, content in (("encoder.json", encoder_json), ("vocab.bpe", vocab_bpe)):
+            with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                f.write(content)
     return folder
 
 

@@ -27,6 +27,7 @@ import shutil
 import sys
 
 from plumbing.errors import UserError, fail
+from plumbing.folders import check_new_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -188,8 +189,7 @@ def write_handout(out, numbers, root=HERE, bodies=None):
     unknown = [n for n in numbers if n not in EXERCISES]
     if unknown:
         raise UserError(f"no exercise {unknown[0]}: choose from 1 to {max(EXERCISES)}")
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise UserError("already exists and is not an empty folder: choose a new one", path=out)
+    check_new_folder(out)
     inside = os.path.abspath(out)
 
     def ignore(folder, names):  # what never goes in a copy, and the copy itself if it lies inside root

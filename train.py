@@ -30,6 +30,7 @@ import parameters
 from plumbing import shapes
 from plumbing.checkpoint import check_writable, write_checkpoint
 from plumbing.errors import UserError, fail, given_flags, read_json, read_text
+from plumbing.folders import check_new_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "data", "tinyshakespeare.txt")  # --from-scratch's text when no --data is given
@@ -318,16 +319,10 @@ def main(argv=None):
 
 
 def check_out(out, resume):
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise UserError(f"its parent {parent} is not a folder" if os.path.exists(parent) else
-                        f"its parent folder {parent} does not exist", path=out)
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"its parent folder {parent} is not writable", path=out)
     if resume and not os.path.exists(os.path.join(out, CONFIG_FILE)):
         raise UserError("holds no saved run to --resume", path=out)
-    if os.path.exists(out) and not resume:
-        raise UserError("already exists: choose a new folder, or --resume the run saved there", path=out)
+    if not resume:
+        check_new_folder(out, "choose a new folder, or --resume the run saved there", empty_ok=False)
 
 
 def parameter_table(hparams):

@@ -20,7 +20,6 @@ import os
 import shutil
 import struct
 import sys
-import tempfile
 
 import numpy as np
 from tqdm import tqdm
@@ -28,6 +27,7 @@ from tqdm import tqdm
 from plumbing import shapes
 from plumbing.crc32c import masked_crc32c
 from plumbing.errors import UserError, read_json
+from plumbing.folders import whole_folder
 
 DATA_SUFFIX = ".data-00000-of-00001"
 
@@ -467,17 +467,15 @@ def check_writable(hparams, folder):
 def write_checkpoint(folder, params, hparams, vocab=None, extra=None):
     """Write params as OpenAI's files (checkpoint, hparams.json, model.ckpt.index and .data, and
     encoder.json and vocab.bpe copied from the folder `vocab`; extra: {file name: bytes} beside
-    them), into a temporary folder that is renamed to `folder` only when complete: a crash
-    never leaves half a checkpoint."""
+    them), whole or not at all (plumbing/folders.py): a crash or Ctrl-C never leaves half a
+    checkpoint."""
     check_writable(hparams, folder)
     tensors = {f"model/{name}": a[None] if name.endswith("/w") else a for name, a in shapes.flatten(params).items()}
     index, data = checkpoint_files(tensors)
-    parent = os.path.dirname(os.path.abspath(folder))
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".writing-")
-    try:
-        files = {"checkpoint": b'model_checkpoint_path: "model.ckpt"\nall_model_checkpoint_paths: "model.ckpt"\n',
-                 "hparams.json": json.dumps({k: hparams[k] for k in shapes.HPARAM_KEYS}, indent=2).encode(),
-                 "model.ckpt.index": index, "model.ckpt" + DATA_SUFFIX: data, **(extra or {})}
+    files = {"checkpoint": b'model_checkpoint_path: "model.ckpt"\nall_model_checkpoint_paths: "model.ckpt"\n',
+             "hparams.json": json.dumps({k: hparams[k] for k in shapes.HPARAM_KEYS}, indent=2).encode(),
+             "model.ckpt.index": index, "model.ckpt" + DATA_SUFFIX: data, **(extra or {})}
+    with whole_folder(folder, "the checkpoint", CheckpointError) as tmp:
         for name, content in files.items():
             with open(os.path.join(tmp, name), "wb") as f:
                 f.write(content)
@@ -485,14 +483,4 @@ def write_checkpoint(folder, params, hparams, vocab=None, extra=None):
             # Hugging Face's vocab.json and merges.txt are the same two tables under other names
             source = os.path.join(vocab, name if os.path.exists(os.path.join(vocab, name)) else hf_name)
             shutil.copy(source, os.path.join(tmp, name))
-        old = None
-        if os.path.exists(folder):  # the last save steps aside only once the new one is whole
-            old = tempfile.mkdtemp(dir=parent, prefix=".replaced-")
-            os.rename(folder, os.path.join(old, "previous"))
-        os.rename(tmp, folder)
-        if old:
-            shutil.rmtree(old)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"cannot write the checkpoint ({e.strerror or e})", path=folder) from None
     return folder

@@ -13,12 +13,12 @@ import base64
 import html
 import json
 import os
-import tempfile
 
 import numpy as np
 
 import look_inside
 from plumbing.errors import UserError
+from plumbing.folders import whole_file
 
 MAX_BYTES = 100_000_000  # past this, a browser struggles: the prompt should be shorter
 N_NEXT = 10
@@ -63,19 +63,9 @@ def write_page(path, ids, encoder, params, hparams, title="GPT-2"):
                      look_inside.lens_labels(L),
                      [(encoder.decode([int(i)]), p, lp) for i, p, lp in zip(top, probs, logprobs)], title)
     text = render_page(data)
-    tmp = None
-    try:  # into a temporary file beside it, renamed when complete: never half a page
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".page-", suffix=".html")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with whole_file(path, "the page") as tmp:  # never half a page
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it (mkstemp makes it private)
-        os.replace(tmp, path)
-    except OSError as e:
-        if tmp and os.path.exists(tmp):
-            os.remove(tmp)
-        raise UserError(f"cannot write the page ({e.strerror or e})", path=path) from None
     return os.path.getsize(path)
 
 

@@ -1,0 +1,85 @@
+"""Writing what a command makes (a model's folder, a vocabulary, a page): whole or not at all,
+and never over someone's work.
+
+Everything is written into a hidden `.writing-*` sibling first and renamed into place only
+when complete, so a crash, a full disk or Ctrl-C never leaves half a folder, nor the hidden
+one. What is made gets the permissions `open()` and `mkdir` would have given it (tempfile
+makes its folders and files private).
+"""
+import contextlib
+import os
+import shutil
+import tempfile
+
+from plumbing.errors import UserError
+
+
+def check_new_folder(path, advice="choose a new one", empty_ok=True):
+    """A folder a command is about to make: its parent is a writable folder, and `path` does not
+    exist yet (or, with empty_ok, is an empty folder). Checked before the work, not after it."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UserError(f"its parent {parent} is not a folder" if os.path.exists(parent) else
+                        f"its parent folder {parent} does not exist", path=path)
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"its parent folder {parent} is not writable", path=path)
+    if os.path.exists(path) and not empty_ok:
+        raise UserError(f"already exists: {advice}", path=path)
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise UserError(f"already exists and is not an empty folder: {advice}", path=path)
+
+
+def umask():
+    """The process's umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def whole_folder(folder, what="the folder", error=UserError):
+    """`with whole_folder(folder) as tmp:` write the files into tmp; when the block ends, tmp
+    becomes `folder`. A folder already there (the last save of a run) steps aside only once
+    the new one is whole. An OSError is `error` naming the folder; on any interruption (an
+    error, a bug, Ctrl-C) the temporary folder is removed."""
+    parent = os.path.dirname(os.path.abspath(folder))
+    tmp = None
+    try:
+        tmp = tempfile.mkdtemp(dir=parent, prefix=".writing-")
+        yield tmp
+        os.chmod(tmp, 0o777 & ~umask())
+        if os.path.exists(folder):
+            old = tempfile.mkdtemp(dir=parent, prefix=".replaced-")
+            os.rename(folder, os.path.join(old, "previous"))
+            try:
+                os.rename(tmp, folder)
+            except BaseException:
+                os.rename(os.path.join(old, "previous"), folder)  # the last save comes back
+                raise
+            finally:
+                shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, folder)
+    except OSError as e:
+        raise error(f"cannot write {what} ({e.strerror or e})", path=folder) from None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)  # nothing left once renamed; else the half-written folder
+
+
+@contextlib.contextmanager
+def whole_file(path, what="the file", error=UserError):
+    """`with whole_file(path) as tmp:` write the file at the path tmp; when the block ends, it
+    replaces `path`. The same promises as whole_folder, for one file."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".writing-")
+        os.close(fd)
+        yield tmp
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+    except OSError as e:
+        raise error(f"cannot write {what} ({e.strerror or e})", path=path) from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)

@@ -1,0 +1,68 @@
+"""plumbing/folders.py: what a command writes is whole or absent, with the permissions a user expects."""
+import os
+
+import pytest
+
+from plumbing.errors import UserError
+from plumbing.folders import check_new_folder, whole_file, whole_folder
+
+
+def test_an_interrupted_write_leaves_nothing_behind(tmp_path):
+    """Ctrl-C (KeyboardInterrupt) in the middle of a save: neither half a folder nor the hidden one."""
+    with pytest.raises(KeyboardInterrupt):
+        with whole_folder(str(tmp_path / "out")) as tmp:
+            open(os.path.join(tmp, "half"), "w").close()
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_interrupted_resave_keeps_the_last_save(tmp_path):
+    out = tmp_path / "out"
+    with whole_folder(str(out)) as tmp:
+        open(os.path.join(tmp, "first"), "w").close()
+    with pytest.raises(KeyboardInterrupt):
+        with whole_folder(str(out)) as tmp:
+            open(os.path.join(tmp, "second"), "w").close()
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == ["out"] and os.listdir(out) == ["first"]
+    with whole_folder(str(out)) as tmp:
+        open(os.path.join(tmp, "second"), "w").close()
+    assert os.listdir(tmp_path) == ["out"] and os.listdir(out) == ["second"]
+
+
+def test_what_is_written_has_the_umasks_permissions_not_tempfiles_private_ones(tmp_path):
+    old = os.umask(0o022)
+    try:
+        with whole_folder(str(tmp_path / "out")) as tmp:
+            open(os.path.join(tmp, "f"), "w").close()
+        with whole_file(str(tmp_path / "page.html")) as tmp:
+            with open(tmp, "w") as f:
+                f.write("<p>")
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "out").st_mode & 0o777 == 0o755
+    assert os.stat(tmp_path / "page.html").st_mode & 0o777 == 0o644
+    assert (tmp_path / "page.html").read_text() == "<p>"
+
+
+def test_a_failed_file_write_is_one_error_naming_the_file_and_leaves_nothing(tmp_path):
+    (tmp_path / "page.html").mkdir()
+    with pytest.raises(UserError, match="page.html: cannot write the page"):
+        with whole_file(str(tmp_path / "page.html"), "the page") as tmp:
+            with open(tmp, "w") as f:
+                f.write("x")
+    assert sorted(os.listdir(tmp_path)) == ["page.html"]
+
+
+def test_a_new_folder_is_checked_before_the_work(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    (tmp_path / "empty").mkdir()
+    check_new_folder(str(tmp_path / "new"))
+    check_new_folder(str(tmp_path / "empty"))
+    with pytest.raises(UserError, match="full: already exists and is not an empty folder: choose a new one"):
+        check_new_folder(str(tmp_path / "full"))
+    with pytest.raises(UserError, match="empty: already exists: pick another"):
+        check_new_folder(str(tmp_path / "empty"), "pick another", empty_ok=False)
+    with pytest.raises(UserError, match="its parent folder .* does not exist"):
+        check_new_folder(str(tmp_path / "no" / "new"))
