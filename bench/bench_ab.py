@@ -1,16 +1,21 @@
-"""Two checkouts' gpt2_numpy.py in one process, alternated call by call: is a change faster or slower?
+"""Two checkouts in one process, alternated call by call: is a change faster or slower?
 
     git worktree add /tmp/before main                  # the code before a change
-    python bench/bench_ab.py --baseline /tmp/before [--what prefill --tokens 256] [--pairs 30]
+    python bench/bench_ab.py --baseline /tmp/before --what prefill [--tokens 1021] [--pairs 30]
+    python bench/bench_ab.py --baseline /tmp/before --what decode
+    python bench/bench_ab.py --baseline /tmp/before --what finetune-step     # 124M, B=4, T=64
+    python bench/bench_ab.py --baseline /tmp/before --what scratch-step      # the README's from-scratch recipe
 
 On a shared machine the speed drifts by more than the changes we want to see, and a
 whole-process benchmark run after another can meet a different machine. Here both versions
-use the same loaded weights, in the same process, one call after the other (ABBA order),
-so drift hits both alike. Prints the medians and the median of the per-pair ratios
-(this checkout / baseline: for prefill, the time; for decode, the tokens/s).
+run in the same process, each with its own modules (each checkout is imported on its own,
+so its train.py uses its own backward.py), on the same weights, one call after the other
+(ABBA order), so drift hits both alike. Prints the medians and the median of the per-pair
+ratios (this checkout / baseline: for prefill and the steps, the time; for decode, the tokens/s).
 """
 import argparse
-import importlib.util
+import glob
+import importlib
 import os
 import statistics
 import sys
@@ -18,56 +23,99 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-import gpt2_numpy as ours  # noqa: E402
-from plumbing.checkpoint import load_checkpoint  # noqa: E402
+
+def load_checkout(folder, names):
+    """{name: module} of one checkout, imported on its own: its modules never mix with the other's."""
+    project = {os.path.basename(p)[:-3] for f in (folder, ROOT) for p in glob.glob(os.path.join(f, "*.py"))}
+    project |= {"plumbing", "conftest"}
+    mine = [n for n in sys.modules if n.split(".")[0] in project]
+    saved, path = {n: sys.modules.pop(n) for n in mine}, sys.path[:]
+    sys.path.insert(0, folder)
+    try:
+        return {n: importlib.import_module(n) for n in names}
+    finally:
+        for n in [n for n in sys.modules if n.split(".")[0] in project]:
+            del sys.modules[n]
+        sys.modules.update(saved)
+        sys.path[:] = path
 
 
-def load_baseline(folder):
-    spec = importlib.util.spec_from_file_location("baseline_gpt2_numpy", os.path.join(folder, "gpt2_numpy.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # its own imports resolve to this checkout's helpers; the model is its own
-    return module
-
-
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--baseline", required=True, help="the other checkout")
-    p.add_argument("--folder", default=os.path.join(HERE, "out", "124M-random"))
-    p.add_argument("--what", choices=["prefill", "decode"], default="prefill")
-    p.add_argument("--tokens", type=int, default=256, help="prefill length, or the decode prompt's")
-    p.add_argument("--pairs", type=int, default=30)
-    args = p.parse_args()
-    base = load_baseline(args.baseline)
-    hp, params = load_checkpoint(args.folder)
-    ids = np.random.default_rng(0).integers(0, hp["n_vocab"], args.tokens)[None]
-
+def model_runs(args, hp, params, ids):
     def prefill(m):
-        cache = m.new_kv_cache(hp, 1, args.tokens)
+        g = m["gpt2_numpy"]
+        cache = g.new_kv_cache(hp, 1, args.tokens)
         t = time.perf_counter()
-        m.gpt2(ids, params, hp["n_head"], cache, last_only=True)
+        g.gpt2(ids, params, hp["n_head"], cache, last_only=True)
         return time.perf_counter() - t
 
     def decode(m, n=32):
-        steps = m.generate(ids[0].tolist(), params, hp, n + 1, temperature=0, stop=None)
+        steps = m["gpt2_numpy"].generate(ids[0].tolist(), params, hp, n + 1, temperature=0, stop=None)
         next(steps)
         t = time.perf_counter()
         for _ in steps:
             pass
         return n / (time.perf_counter() - t)
 
-    run = prefill if args.what == "prefill" else decode
-    run(ours), run(base)  # warm-up: page the weights in
+    return prefill if args.what == "prefill" else decode
+
+
+SCRATCH = {"n_vocab": 257, "n_ctx": 64, "n_embd": 128, "n_head": 4, "n_layer": 4}
+RECIPES = {"finetune-step": dict(batch_size=4, context=64, lr=1e-4, warmup=20, weight_decay=0.1, beta2=0.999),
+           "scratch-step": dict(batch_size=12, context=64, lr=1e-3, warmup=100, weight_decay=0.1, beta2=0.99)}
+
+
+def step_run(args, m, hp, params, train_ids):
+    """A function that makes one training step of checkout m and returns its time."""
+    train = m["train"]
+    params = train.trainable(params)
+    state = m["optimizer"].new_adamw_state(params)
+    recipe = dict(RECIPES[args.what], steps=10 ** 6, accum=1, min_lr_ratio=0.1, grad_clip=1.0, dropout=0.0, seed=0)
+    buffers, step = {}, [0]
+
+    def run(_):
+        t = time.perf_counter()
+        train.train_step(params, hp["n_head"], state, train_ids, step[0], buffers=buffers, **recipe)
+        step[0] += 1
+        return time.perf_counter() - t
+
+    return run
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--baseline", required=True, help="the other checkout")
+    p.add_argument("--folder", default=os.path.join(HERE, "out", "124M-random"))
+    p.add_argument("--what", choices=["prefill", "decode", "finetune-step", "scratch-step"], default="prefill")
+    p.add_argument("--tokens", type=int, default=256, help="prefill length, or the decode prompt's")
+    p.add_argument("--pairs", type=int, default=30)
+    args = p.parse_args()
+    names = ["gpt2_numpy", "train", "optimizer", "initialise"]
+    ours, base = load_checkout(ROOT, names + ["plumbing.checkpoint"]), load_checkout(os.path.abspath(args.baseline), names)
+    rng = np.random.default_rng(0)
+    if args.what == "scratch-step":
+        hp = SCRATCH
+        params = ours["initialise"].init_params(hp, seed=0)
+    else:
+        hp, params = ours["plumbing.checkpoint"].load_checkpoint(args.folder)
+    if args.what.endswith("-step"):
+        train_ids = rng.integers(0, hp["n_vocab"], 100_000)
+        run = {"ours": step_run(args, ours, hp, params, train_ids), "baseline": step_run(args, base, hp, params, train_ids)}
+    else:
+        ids = rng.integers(0, hp["n_vocab"], args.tokens)[None]
+        f = model_runs(args, hp, params, ids)
+        run = {"ours": lambda _: f(ours), "baseline": lambda _: f(base)}
+    run["ours"](0), run["baseline"](0)  # warm-up: page the weights in, make the buffers
     got = {"ours": [], "baseline": []}
     for i in range(args.pairs):
-        for name, m in ((("ours", ours), ("baseline", base)) if i % 2 == 0 else (("baseline", base), ("ours", ours))):
-            got[name].append(run(m))
-    unit = "s" if args.what == "prefill" else "tok/s"
+        for name in ("ours", "baseline") if i % 2 == 0 else ("baseline", "ours"):
+            got[name].append(run[name](i))
+    unit = "tok/s" if args.what == "decode" else "s"
     ratios = [a / b for a, b in zip(got["ours"], got["baseline"])]
-    print(f"{args.what} {args.tokens} tokens, {args.pairs} pairs: ours {statistics.median(got['ours']):.4f} {unit}, "
+    print(f"{args.what} ({args.tokens} tokens)" if args.what in ("prefill", "decode") else args.what,
+          f"{args.pairs} pairs: ours {statistics.median(got['ours']):.4f} {unit}, "
           f"baseline {statistics.median(got['baseline']):.4f} {unit}; median pair ratio ours/baseline "
           f"{statistics.median(ratios):.3f} (quartiles {np.percentile(ratios, 25):.3f}..{np.percentile(ratios, 75):.3f})")
 
