@@ -121,6 +121,31 @@ def test_a_handout_inside_the_project_does_not_copy_itself(tmp_path):
         assert "exercise 4 (the KV cache): write kv_append" in f.read()
 
 
+def collected(folder, *args):
+    """The test ids pytest collects in a folder (run as the README says, with no path given)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", *args],
+                       cwd=folder, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:]
+    return [line for line in r.stdout.splitlines() if "::" in line]
+
+
+def test_the_readmes_handout_inside_the_project_leaves_its_tests_alone(tmp_path):
+    """python handout.py class/ in the project, then python -m pytest -q: only tests/ is collected
+    (pytest.ini), not the copy's tests beside it ("import file mismatch"); and the copy runs its own."""
+    project = tmp_path / "project"
+    handout.write_handout(str(project), [])
+    before = collected(project)
+    assert run_handout("class/", "1", "4", "9", root=str(project)).returncode == 0
+    after = collected(project)
+    assert after == before and before and all(t.startswith("tests/") for t in after)
+    assert collected(project, "-k", "test_gelu_is_the_tanh_approximation") == [
+        "tests/test_blocks.py::test_gelu_is_the_tanh_approximation"]
+    assert collected(project / "class") == before  # the copy collects its own tests/, the same tests
+    with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as f:
+        assert "/class/" in f.read().split(), "the README's handout folder, class/, is not in .gitignore"
+
+
 # --- the program runs what the student writes ------------------------------------------------
 
 PROMPT = "Alan Turing theorized that computers would one day become"
