@@ -52,6 +52,16 @@ def test_the_docs_give_one_command_for_every_exercise():
     assert "python -m pytest -q -k NAME" in text and "tests/test_model.py -k" not in text
 
 
+def test_the_docs_say_once_what_handout_py_says():
+    """One introduction, not two that disagree: no paragraph twice, and what each program needs done
+    is what python handout.py prints."""
+    with open(EXERCISES_DOC, encoding="utf-8") as f:
+        paragraphs = [p.strip() for p in f.read().split("\n\n") if p.strip()]
+    assert len(paragraphs) == len(set(paragraphs)), "docs/exercises.md says a paragraph twice"
+    printed = "\n".join("    " + line for line in handout.programs_waiting(list(handout.EXERCISES)))
+    assert printed.strip() in paragraphs, f"docs/exercises.md should show what python handout.py prints:\n{printed}"
+
+
 def run_tests(folder, tests):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the copy's modules, not ours
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", " or ".join(tests)],
