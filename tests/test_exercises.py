@@ -275,6 +275,21 @@ def test_the_program_runs_the_students_code(tmp_path, originals, number):
         assert code == 0 and stdout != originals[where][1], stderr[-1000:]
 
 
+def test_a_building_block_written_wrong_fails_naming_the_mistake(tmp_path):
+    """Tests that teach: a gelu without its 0.5 fails saying so, not only with ACTUAL = 2 x DESIRED; so do
+    a softmax that overflows without the max shift and a layer_norm that never divides."""
+    wrong = {"gelu": WRONG["gelu"], "softmax": "return np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True)",
+             "layer_norm": WRONG["layer_norm"]}
+    folder = handout.write_handout(str(tmp_path / "class"), [1], bodies=wrong)
+    r = run_tests(folder, handout.tests(1))
+    failed = re.findall(r"^FAILED \S+::(test_\w+)", r.stdout, re.M)
+    assert r.returncode == 1 and sorted(failed) == sorted(handout.tests(1)), r.stdout[-2000:]
+    for message in ["gelu is twice the answer: the 0.5 of 0.5 x (1 + tanh(...)) is missing",
+                    "softmax([1000, 1001, -inf]) gives nan: exp(1000) overflows to inf",
+                    "not divided by √(var + eps)"]:
+        assert message in r.stdout, (message, r.stdout[-3000:])
+
+
 def test_a_merge_that_never_merges_shows_in_bpe_py(tmp_path):
     """The issue's own example: python bpe.py TEXT must show the student's merge_once at work."""
     whole = project_copy(str(tmp_path / "whole"), [])
