@@ -187,7 +187,10 @@ def main():
     args = p.parse_args()
     if args.redraw:
         with open(args.redraw) as f:
-            drawn = json.loads(html.unescape(re.search(r"<desc>(.*?)</desc>", f.read(), re.S).group(1)))
+            kept = re.search(r"<desc>(.*?)</desc>", f.read(), re.S)
+        if not kept:
+            raise SystemExit(f"error: {args.redraw} holds no curves: only an SVG this bench drew can be redrawn")
+        drawn = json.loads(html.unescape(kept.group(1)))
         svg(drawn["curves"], args.svg or args.redraw, drawn["title"])
         return print(args.svg or args.redraw)
     results = {}
