@@ -197,7 +197,8 @@ def mha(x, c_attn, c_proj, n_head, kv=None, hook=no_hook):
 # ============================================================================
 
 def transformer_block(x, ln_1, attn, ln_2, mlp, n_head, kv=None, hook=no_hook):
-    """Pre-LN residual block: x + mha(ln_1(x)), then x + ffn(ln_2(x)).   [B, T, C] -> [B, T, C]"""
+    """Pre-LN residual block: x + mha(ln_1(x)), then x + ffn(ln_2(x)).   [B, T, C] -> [B, T, C]
+    It passes "resid_pre", "ln_1", "resid_mid", "ln_2", "resid_post" through hook, and hook on to mha and ffn."""
     x = hook("resid_pre", x)
     x = hook("resid_mid", x + mha(hook("ln_1", layer_norm(x, **ln_1)), **attn, n_head=n_head, kv=kv, hook=hook))
     return hook("resid_post", x + ffn(hook("ln_2", layer_norm(x, **ln_2)), **mlp, hook=hook))

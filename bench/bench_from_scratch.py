@@ -16,10 +16,16 @@ prepared from our copy of the text (its input.txt), so nothing is downloaded. Ea
 runs in its own process; ours is timed step by step in-process (time.perf_counter around
 train_step), nanoGPT's from its own "iter N: ... time Xms" lines. The validation loss is the
 mean over 20 batches of 12 windows, as nanoGPT's eval_iters=20 measures it. --svg FILE draws
-both validation curves (every 250 steps).
+every run's validation curve (every 250 steps) and keeps their numbers in the file, so that
+--redraw FILE draws it again without training. docs/from_scratch_loss.svg is
+
+    python bench/bench_from_scratch.py --vocab-sizes 257 1024 4096 --svg docs/from_scratch_loss.svg \
+        --nanogpt DIR --torch-python PY
 """
 import argparse
+import html
 import json
+import math
 import os
 import re
 import shutil
@@ -106,34 +112,64 @@ def nanogpt(folder, python, steps, threads):
             "nats_per_byte": curve[-1][1]}
 
 
-def svg(curves, path, width=640, height=360):
-    """A line chart of validation loss against step, one line a contender, as an SVG file."""
-    pad, colours = 50, ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
-    xs = [s for c in curves.values() for s, _ in c]
-    ys = [v for c in curves.values() for _, v in c]
-    x0, x1, y0, y1 = 0, max(xs), min(ys) - 0.1, max(ys) + 0.1
+def round_ticks(lo, hi, most=6):
+    """Round tick values covering lo..hi: a step of 1, 2, 2.5 or 5 times a power of ten, at most `most` ticks."""
+    span = (hi - lo) or abs(hi) or 1.0
+    power = 10.0 ** math.floor(math.log10(span / most))
+    step = next(power * m for m in (1, 2, 2.5, 5, 10) if span / (power * m) <= most - 1)
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    last = max(last, first + 1)  # a flat line still gets an axis
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9) + (step / power == 2.5))
+    return [round(i * step, 10) for i in range(first, last + 1)], decimals
+
+
+def svg(curves, path, title="Validation loss, training from scratch", width=720, height=420):
+    """A line chart of validation loss against step, one line a run, as an SVG file: round ticks with
+    tick marks and grid lines, a title, and a legend with each line's sample. The curves' numbers go
+    in its <desc>, so that --redraw can draw it again without training.   curves: {name: [(step, loss)]}"""
+    left, right, top, bottom = 64, 24, 48, 52
+    colours, dashes = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"], ["", "7 4", "2 3", "9 3 2 3"]
+    xticks, _ = round_ticks(0, max(s for c in curves.values() for s, _ in c), 5)
+    lo, hi = min(v for c in curves.values() for _, v in c), max(v for c in curves.values() for _, v in c)
+    yticks, decimals = round_ticks(lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo))  # no line on an axis
 
     def px(s, v):
-        return pad + (s - x0) / (x1 - x0) * (width - 2 * pad), height - pad - (v - y0) / (y1 - y0) * (height - 2 * pad)
+        return (left + (s - xticks[0]) / (xticks[-1] - xticks[0]) * (width - left - right),
+                height - bottom - (v - yticks[0]) / (yticks[-1] - yticks[0]) * (height - top - bottom))
 
+    x0, y0 = px(xticks[0], yticks[0])
+    x1, y1 = px(xticks[-1], yticks[-1])
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
              f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
-             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
-             f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">step</text>',
-             f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">'
-             'validation loss (nats per byte)</text>']
-    for tick in range(0, x1 + 1, max(1, x1 // 4)):
-        x, _ = px(tick, y0)
-        parts.append(f'<text x="{x}" y="{height - pad + 16}" text-anchor="middle">{tick}</text>')
-    for i in range(5):
-        v = y0 + i * (y1 - y0) / 4
-        _, y = px(x0, v)
-        parts.append(f'<text x="{pad - 6}" y="{y + 4}" text-anchor="end">{v:.2f}</text>')
+             f'<text x="{width / 2}" y="24" text-anchor="middle" font-size="15" font-weight="bold">'
+             f'{html.escape(title)}</text>',
+             f'<desc>{html.escape(json.dumps({"title": title, "curves": curves}))}</desc>']
+    for tick in xticks:
+        x, _ = px(tick, yticks[0])
+        parts += [f'<line x1="{x:.1f}" y1="{y0:.1f}" x2="{x:.1f}" y2="{y0 + 5:.1f}" stroke="black"/>',
+                  f'<text x="{x:.1f}" y="{y0 + 19:.1f}" text-anchor="middle">{tick:g}</text>']
+    for tick in yticks:
+        _, y = px(xticks[0], tick)
+        parts += [f'<line x1="{x0:.1f}" y1="{y:.1f}" x2="{x1:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>',
+                  f'<line x1="{x0 - 5:.1f}" y1="{y:.1f}" x2="{x0:.1f}" y2="{y:.1f}" stroke="black"/>',
+                  f'<text x="{x0 - 8:.1f}" y="{y + 4:.1f}" text-anchor="end">{tick:.{decimals}f}</text>']
+    parts += [f'<line x1="{x0:.1f}" y1="{y0:.1f}" x2="{x1:.1f}" y2="{y0:.1f}" stroke="black"/>',
+              f'<line x1="{x0:.1f}" y1="{y0:.1f}" x2="{x0:.1f}" y2="{y1:.1f}" stroke="black"/>',
+              f'<text x="{(x0 + x1) / 2:.1f}" y="{height - 12}" text-anchor="middle">step</text>',
+              f'<text x="16" y="{(y0 + y1) / 2:.1f}" transform="rotate(-90 16 {(y0 + y1) / 2:.1f})" '
+              'text-anchor="middle">validation loss (nats per byte)</text>']
+    legend_width = 24 + 7 * max(len(name) for name in curves)
+    lx, ly = x1 - legend_width - 10, y1 + 10
+    parts.append(f'<rect x="{lx:.1f}" y="{ly:.1f}" width="{legend_width}" height="{8 + 18 * len(curves)}" '
+                 'fill="white" stroke="#bbbbbb"/>')
     for i, (name, curve) in enumerate(curves.items()):
+        style = f'fill="none" stroke="{colours[i % len(colours)]}" stroke-width="2"' + (
+            f' stroke-dasharray="{dashes[i % len(dashes)]}"' if dashes[i % len(dashes)] else "")
         points = " ".join(f"{x:.1f},{y:.1f}" for x, y in (px(s, v) for s, v in curve))
-        parts.append(f'<polyline points="{points}" fill="none" stroke="{colours[i % 4]}" stroke-width="2"/>')
-        parts.append(f'<text x="{width - pad - 150}" y="{pad + 16 * i}" fill="{colours[i % 4]}">{name}</text>')
+        parts.append(f'<polyline points="{points}" {style}/>')
+        y = ly + 15 + 18 * i
+        parts += [f'<line x1="{lx + 6:.1f}" y1="{y - 4:.1f}" x2="{lx + 30:.1f}" y2="{y - 4:.1f}" {style}/>',
+                  f'<text x="{lx + 36:.1f}" y="{y:.1f}">{html.escape(name)}</text>']
     with open(path, "w") as f:
         f.write("\n".join(parts + ["</svg>"]))
 
@@ -146,7 +182,17 @@ def main():
     p.add_argument("--torch-python", default=sys.executable, help="a Python with torch, for nanoGPT")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--svg", help="write the validation curves here")
+    p.add_argument("--redraw", metavar="SVG", help="draw an SVG this bench wrote again, from the numbers it holds "
+                   "(to --svg, else in place): no training")
     args = p.parse_args()
+    if args.redraw:
+        with open(args.redraw) as f:
+            kept = re.search(r"<desc>(.*?)</desc>", f.read(), re.S)
+        if not kept:
+            raise SystemExit(f"error: {args.redraw} holds no curves: only an SVG this bench drew can be redrawn")
+        drawn = json.loads(html.unescape(kept.group(1)))
+        svg(drawn["curves"], args.svg or args.redraw, drawn["title"])
+        return print(args.svg or args.redraw)
     results = {}
     for vocab_size in args.vocab_sizes:
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", str(vocab_size), str(args.steps)],
@@ -166,7 +212,7 @@ def main():
               f"{r['val']:.3f} nats a token = {r['nats_per_byte']:.3f} nats a byte{extra}")
     if args.svg:
         svg({name: [(s, v / r.get("bytes_per_token", 1.0)) for s, v in r["curve"]] for name, r in results.items()},
-            args.svg)
+            args.svg, f"From scratch on Shakespeare: validation loss ({args.steps} steps, 4 layers, 128 wide)")
         print(args.svg)
 
 

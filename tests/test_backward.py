@@ -32,10 +32,16 @@ def numerical_grad(f, x, eps=1e-6):
     return grad
 
 
-def check(analytic, f, x, name):
+def check(analytic, f, x, name, mistakes=()):
+    """analytic is d f / d x, within 1e-6 of finite differences. mistakes: [(a common mistake, said for a
+    student, a function of the finite differences giving what a backward with that mistake returns)]:
+    on a failure, the message names the one analytic matches."""
     numeric = numerical_grad(f, x)
     worst = np.abs(analytic - numeric).max()
-    assert worst <= 1e-6 * max(1.0, np.abs(numeric).max()), f"{name}: differs from finite differences by {worst:.3g}"
+    hint = "" if worst <= 1e-6 * max(1.0, np.abs(numeric).max()) else next(
+        (f": {m}" for m, wrong in mistakes if np.allclose(analytic, wrong(numeric), rtol=1e-6, atol=1e-9)), "")
+    assert worst <= 1e-6 * max(1.0, np.abs(numeric).max()), (
+        f"{name}: differs from finite differences by {worst:.3g}{hint}")
 
 
 # --- each block, by finite differences (float64) ---------------------------------------------
@@ -72,19 +78,27 @@ def test_dropout_backward_by_finite_differences():
     _, keep = backward.dropout(x, 0.3, np.random.default_rng(42))
     f = lambda: (backward.dropout(x, 0.3, np.random.default_rng(42))[0] * w).sum()  # noqa: E731
     assert 0 < keep.sum() < keep.size
-    check(backward.dropout_backward(keep, 0.3, w), f, x, "dropout_backward")
+    check(backward.dropout_backward(keep, 0.3, w), f, x, "dropout_backward",
+          [("dx = dy · keep / (1 - p_drop): the scale 1 / (1 - p_drop) is missing", lambda _: w * keep)])
 
 
 def test_softmax_backward_by_finite_differences():
     x, w = r64(3, 7, seed=3), r64(3, 7, seed=4)
-    check(backward.softmax_backward(g.softmax(x), w), lambda: (g.softmax(x) * w).sum(), x, "softmax_backward")
+    y = g.softmax(x)
+    check(backward.softmax_backward(y, w), lambda: (g.softmax(x) * w).sum(), x, "softmax_backward", [
+        ("only the Jacobian's diagonal: each y_i depends on every x_j, so dx_i = y_i (dy_i - Σ_j dy_j y_j), "
+         "not y_i (1 - y_i) dy_i", lambda _: y * (1 - y) * w)])
 
 
 def test_layer_norm_backward_by_finite_differences():
     x, gain, bias, w = r64(2, 3, 10, seed=5, scale=2), r64(10, seed=6), r64(10, seed=7), r64(2, 3, 10, seed=8)
     dx, dg, db = backward.layer_norm_backward(x, gain, w)
     f = lambda: (g.layer_norm(x, gain, bias) * w).sum()  # noqa: E731
-    check(dx, f, x, "layer_norm_backward dx")
+    xhat_over_x = 1 / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-5)
+    check(dx, f, x, "layer_norm_backward dx", [
+        ("dx = dy · g leaves out x̂'s dependence on x: x̂ = (x - mean) / √(var + eps)", lambda _: w * gain),
+        ("the mean and the variance depend on x too: dx = (dx̂ - mean(dx̂) - x̂ mean(dx̂ x̂)) / √(var + eps), "
+         "not dx̂ / √(var + eps)", lambda _: w * gain * xhat_over_x)])
     check(dg, f, gain, "layer_norm_backward dg")
     check(db, f, bias, "layer_norm_backward db")
 
@@ -104,8 +118,9 @@ def test_attention_backward_with_its_mask_by_finite_differences():
     assert np.all(np.triu(weights[0, 0], 1) == 0)  # the mask: no weight on the future
     dq, dk, dv = backward.attention_backward(q, k, v, weights, dz)
     f = lambda: (g.attention(q, k, v) * dz).sum()  # noqa: E731
-    check(dq, f, q, "dq")
-    check(dk, f, k, "dk")
+    unscaled = [("dq and dk lack the 1/√D that the scores were scaled by", lambda numeric: numeric * np.sqrt(3))]
+    check(dq, f, q, "dq", unscaled)
+    check(dk, f, k, "dk", unscaled)
     check(dv, f, v, "dv")
 
 
@@ -114,9 +129,18 @@ def test_attention_backward_with_dropped_weights_by_finite_differences():
     keep = np.random.default_rng(47).random((1, 2, 5, 5)) >= 0.3
     dq, dk, dv = backward.attention_backward(q, k, v, g.attention_weights(q, k), dz, keep, 0.3)
     f = lambda: ((g.attention_weights(q, k) * keep / 0.7) @ v * dz).sum()  # noqa: E731
-    check(dq, f, q, "dq")
-    check(dk, f, k, "dk")
-    check(dv, f, v, "dv")
+
+    def ignored(x):  # the gradient of attention without the dropout
+        return ("keep and p_drop are ignored: with dropout, z was made from the dropped weights, "
+                "keep · weights / (1 - p_drop), so their dropout is in each gradient",
+                lambda _: numerical_grad(lambda: (g.attention(q, k, v) * dz).sum(), x))
+
+    own = "the softmax's backward takes the softmax's own output, the weights from before the dropout"
+    of_dropped = backward.softmax_backward(g.attention_weights(q, k) * keep / 0.7,
+                                           (dz @ v.swapaxes(-1, -2)) * keep / 0.7)
+    check(dq, f, q, "dq", [ignored(q), (own, lambda _: of_dropped @ k / np.sqrt(3))])
+    check(dk, f, k, "dk", [ignored(k), (own, lambda _: of_dropped.swapaxes(-1, -2) @ q / np.sqrt(3))])
+    check(dv, f, v, "dv", [ignored(v)])
 
 
 def block_params(seed, C=6, F=24):
@@ -219,7 +243,10 @@ def test_the_model_with_dropout_by_finite_differences(models):
             down = loss()
             x[i] = old
             numeric = (up - down) / 2e-6
-            assert abs(flat_grads[name][i] - numeric) <= 1e-6 * max(1.0, abs(numeric)), (name, i)
+            assert abs(flat_grads[name][i] - numeric) <= 1e-6 * max(1.0, abs(numeric)), (
+                f"{name}{list(map(int, i))}: {flat_grads[name][i]:.6g}, finite differences {numeric:.6g}. Each "
+                "dropout's backward takes its own mask, dy · keep / (1 - p): the embeddings', both branches', and "
+                "the attention weights' (attention_backward's keep and p_drop)")
 
 
 def test_cross_entropy_in_place_is_the_plain_loss_and_backward(monkeypatch):

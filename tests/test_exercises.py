@@ -52,6 +52,16 @@ def test_the_docs_give_one_command_for_every_exercise():
     assert "python -m pytest -q -k NAME" in text and "tests/test_model.py -k" not in text
 
 
+def test_the_docs_say_once_what_handout_py_says():
+    """One introduction, not two that disagree: no paragraph twice, and what each program needs done
+    is what python handout.py prints."""
+    with open(EXERCISES_DOC, encoding="utf-8") as f:
+        paragraphs = [p.strip() for p in f.read().split("\n\n") if p.strip()]
+    assert len(paragraphs) == len(set(paragraphs)), "docs/exercises.md says a paragraph twice"
+    printed = "\n".join("    " + line for line in handout.programs_waiting(list(handout.EXERCISES)))
+    assert printed.strip() in paragraphs, f"docs/exercises.md should show what python handout.py prints:\n{printed}"
+
+
 def run_tests(folder, tests):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the copy's modules, not ours
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", " or ".join(tests)],
@@ -119,6 +129,31 @@ def test_a_handout_inside_the_project_does_not_copy_itself(tmp_path):
     assert not (project / "class" / "class").exists()
     with open(project / "class" / "gpt2_numpy.py", encoding="utf-8") as f:
         assert "exercise 4 (the KV cache): write kv_append" in f.read()
+
+
+def collected(folder, *args):
+    """The test ids pytest collects in a folder (run as the README says, with no path given)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", *args],
+                       cwd=folder, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:]
+    return [line for line in r.stdout.splitlines() if "::" in line]
+
+
+def test_the_readmes_handout_inside_the_project_leaves_its_tests_alone(tmp_path):
+    """python handout.py class/ in the project, then python -m pytest -q: only tests/ is collected
+    (pytest.ini), not the copy's tests beside it ("import file mismatch"); and the copy runs its own."""
+    project = tmp_path / "project"
+    handout.write_handout(str(project), [])
+    before = collected(project)
+    assert run_handout("class/", "1", "4", "9", root=str(project)).returncode == 0
+    after = collected(project)
+    assert after == before and before and all(t.startswith("tests/") for t in after)
+    assert collected(project, "-k", "test_gelu_is_the_tanh_approximation") == [
+        "tests/test_blocks.py::test_gelu_is_the_tanh_approximation"]
+    assert collected(project / "class") == before  # the copy collects its own tests/, the same tests
+    with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as f:
+        assert "/class/" in f.read().split(), "the README's handout folder, class/, is not in .gitignore"
 
 
 # --- the program runs what the student writes ------------------------------------------------
@@ -238,6 +273,21 @@ def test_the_program_runs_the_students_code(tmp_path, originals, number):
     if wrong:
         code, stdout, stderr = run_program(project_copy(str(tmp_path / "wrong"), [number], {**right, **wrong}), where)
         assert code == 0 and stdout != originals[where][1], stderr[-1000:]
+
+
+def test_a_building_block_written_wrong_fails_naming_the_mistake(tmp_path):
+    """Tests that teach: a gelu without its 0.5 fails saying so, not only with ACTUAL = 2 x DESIRED; so do
+    a softmax that overflows without the max shift and a layer_norm that never divides."""
+    wrong = {"gelu": WRONG["gelu"], "softmax": "return np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True)",
+             "layer_norm": WRONG["layer_norm"]}
+    folder = handout.write_handout(str(tmp_path / "class"), [1], bodies=wrong)
+    r = run_tests(folder, handout.tests(1))
+    failed = re.findall(r"^FAILED \S+::(test_\w+)", r.stdout, re.M)
+    assert r.returncode == 1 and sorted(failed) == sorted(handout.tests(1)), r.stdout[-2000:]
+    for message in ["gelu is twice the answer: the 0.5 of 0.5 x (1 + tanh(...)) is missing",
+                    "softmax([1000, 1001, -inf]) gives nan: exp(1000) overflows to inf",
+                    "not divided by √(var + eps)"]:
+        assert message in r.stdout, (message, r.stdout[-3000:])
 
 
 def test_a_merge_that_never_merges_shows_in_bpe_py(tmp_path):

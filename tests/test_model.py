@@ -41,10 +41,36 @@ def test_every_stage_matches_hugging_face(models, case):
         seen = {}
         out = g.transformer_block(hidden[i], **block, n_head=hp["n_head"],
                                   hook=lambda name, x: seen.setdefault(name, x))
+        assert out is not None, "transformer_block returned None: did you forget `return`?"
+        assert "attn.weights" in seen, (f"h{i}: no 'attn.weights' came through the hook: transformer_block must pass "
+                                        "hook on to mha (mha(..., hook=hook)), as its docstring says")
         same(f"h{i} attention weights", seen["attn.weights"], attentions[i], 1e-6)
         if i < L - 1:
             same(f"h{i} output", out, hidden[i + 1], 1e-5)
     same(f"h{L - 1} output, after ln_f", g.layer_norm(out, **params["ln_f"]), hidden[L], 1e-5)
+
+
+BLOCK_HOOKS = {"transformer_block": ["resid_pre", "ln_1", "resid_mid", "ln_2", "resid_post"],
+               "mha": ["attn.q", "attn.k", "attn.v", "attn.scores", "attn.weights", "attn.z", "attn.out"],
+               "ffn": ["mlp.c_fc", "mlp.gelu", "mlp.out"]}
+BLOCK_ORDER = ["resid_pre", "ln_1", *BLOCK_HOOKS["mha"], "resid_mid", "ln_2", *BLOCK_HOOKS["ffn"], "resid_post"]
+
+
+def test_the_block_passes_each_activation_through_its_hook(models):
+    """--trace, run_with_cache and training see a block only through its hook: a block with the right
+    maths that skips a hook call shows no rows for it in --trace, and stops training with a KeyError."""
+    hp, params = models["tiny"]
+    seen = []
+    out = g.transformer_block(rand(1, 3, hp["n_embd"], seed=50), **params["blocks"][0], n_head=hp["n_head"],
+                              hook=lambda name, x: seen.append(name) or x)
+    assert out is not None, "transformer_block returned None: did you forget `return`?"
+    missing = {f: [n for n in names if n not in seen] for f, names in BLOCK_HOOKS.items()}
+    assert not missing["transformer_block"], (
+        f"transformer_block never called hook on {missing['transformer_block']}: "
+        "write x = hook(\"resid_pre\", x), hook(\"ln_1\", layer_norm(...)), and so on, as its docstring says")
+    for f in ("mha", "ffn"):
+        assert not missing[f], f"no {missing[f]} came through the hook: transformer_block must pass hook on to {f}"
+    assert seen == BLOCK_ORDER, f"the hook saw {seen}, not once each in the order the data flows: {BLOCK_ORDER}"
 
 
 @pytest.mark.parametrize("case", CASES)
