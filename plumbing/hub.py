@@ -118,8 +118,8 @@ def repository_url(name, endpoint=None):
 
 
 def fetcher(folder, url, fetched, **options):
-    """fetch(file): the repository's file into the folder, unless a good copy is there (its path
-    then goes on `fetched`). The SHA-256s the Hub gives on the way are checked."""
+    """fetch(file): the repository's file into the folder, unless a good copy is already there;
+    each file it downloads goes on `fetched`. The SHA-256s the Hub gives on the way are checked."""
     seen = {}
 
     def fetch(file):
