@@ -38,6 +38,7 @@ import regex
 
 from plumbing.errors import UserError, fail, read_text
 from plumbing.folders import check_new_folder, whole_folder
+from plumbing.hf_model import TOKENIZER_FILES
 
 ENDOFTEXT = "<|endoftext|>"
 DEFAULT_VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpt2-vocab")
@@ -278,8 +279,9 @@ def get_encoder(folder):
     """The Encoder for a model folder: OpenAI's encoder.json and vocab.bpe, or Hugging Face's
     vocab.json and merges.txt (the same two tables under other names)."""
     names = ("encoder.json", "vocab.bpe")
-    if not os.path.exists(os.path.join(folder, names[0])) and os.path.exists(os.path.join(folder, "vocab.json")):
-        names = ("vocab.json", "merges.txt")
+    hf_names = tuple(TOKENIZER_FILES[name] for name in names)
+    if not os.path.exists(os.path.join(folder, names[0])) and os.path.exists(os.path.join(folder, hf_names[0])):
+        names = hf_names
     contents = []
     for name in names:
         path = os.path.join(folder, name)

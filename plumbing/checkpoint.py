@@ -28,6 +28,7 @@ from plumbing import shapes
 from plumbing.crc32c import masked_crc32c
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
+from plumbing.hf_model import TOKENIZER_FILES
 
 DATA_SUFFIX = ".data-00000-of-00001"
 
@@ -479,7 +480,7 @@ def write_checkpoint(folder, params, hparams, vocab=None, extra=None):
         for name, content in files.items():
             with open(os.path.join(tmp, name), "wb") as f:
                 f.write(content)
-        for name, hf_name in (("encoder.json", "vocab.json"), ("vocab.bpe", "merges.txt")) if vocab else ():
+        for name, hf_name in TOKENIZER_FILES.items() if vocab else ():
             # Hugging Face's vocab.json and merges.txt are the same two tables under other names
             source = os.path.join(vocab, name if os.path.exists(os.path.join(vocab, name)) else hf_name)
             shutil.copy(source, os.path.join(tmp, name))

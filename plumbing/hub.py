@@ -16,8 +16,9 @@ import json
 import os
 import re
 
-from download import DownloadError, NotFound, default_models_dir, fetch_file, taking_turns
+from download import DownloadError, NotFound, default_models_dir, downloading_into, fetch_file
 from plumbing import model_files
+from plumbing.hf_model import TOKENIZER_FILES
 from plumbing.model_files import BadFile
 from plumbing.safetensors_reader import SafetensorsError, read_header
 
@@ -25,7 +26,7 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_ENV = "HF_ENDPOINT"
 PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?"  # no "..", no "/", nothing that leaves a folder
 NAME = re.compile(rf"({PART})/({PART})(?:@({PART}))?")
-TOKENIZER = ("vocab.json", "merges.txt")
+TOKENIZER = tuple(TOKENIZER_FILES.values())  # Hugging Face's names for GPT-2's tokenizer files
 
 
 def parse_name(name):
@@ -89,17 +90,36 @@ def is_complete(folder):
 
 
 def download_hub_model(name, models_dir=None, quiet=False, tries=5, backoff=0.5, endpoint=None):
-    """Make sure hf:name is on disk; returns its folder."""
-    owner, repo, revision = parse_name(name)
+    """Make sure hf:name is on disk; returns its folder. A repository that is not there, or lacks
+    what this project needs, leaves nothing behind."""
     folder = hub_folder(name, models_dir)
     if is_complete(folder):
         return folder
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise DownloadError(f"cannot create this folder ({e.strerror or e})", path=folder) from None
+    url = repository_url(name, endpoint)
+    fetched = []  # the files this run fetched: they go if the repository turns out to be unusable
+    fetch = fetcher(folder, url, fetched, quiet=quiet, tries=tries, backoff=backoff)
+    with downloading_into(folder, f"hf:{name}", quiet):
+        try:
+            fetch_config(fetch, name, url)
+            fetch_weights(fetch, name, folder)
+            fetch_tokenizer(fetch, name)
+        except NotFound:
+            for path in fetched:
+                os.remove(path)
+            raise
+    return folder
+
+
+def repository_url(name, endpoint=None):
+    """Where the repository's files are: {endpoint}/{owner}/{name}/resolve/{revision}."""
+    owner, repo, revision = parse_name(name)
     base = (endpoint or os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT).rstrip("/")
-    base = f"{base}/{owner}/{repo}/resolve/{revision or 'main'}"
+    return f"{base}/{owner}/{repo}/resolve/{revision or 'main'}"
+
+
+def fetcher(folder, url, fetched, **options):
+    """fetch(file): the repository's file into the folder, unless a good copy is already there;
+    each file it downloads goes on `fetched`. The SHA-256s the Hub gives on the way are checked."""
     seen = {}
 
     def fetch(file):
@@ -110,30 +130,39 @@ def download_hub_model(name, models_dir=None, quiet=False, tries=5, backoff=0.5,
                 return
             except BadFile:
                 os.remove(path)
-        fetch_file(f"{base}/{file}", path, quiet=quiet, tries=tries, backoff=backoff, seen=seen,
-                   check=lambda part: check_hub_file(file, part, seen))
+        fetch_file(f"{url}/{file}", path, seen=seen, check=lambda part: check_hub_file(file, part, seen), **options)
+        fetched.append(path)
 
-    with taking_turns(folder, f"hf:{name}", quiet):
+    return fetch
+
+
+def fetch_config(fetch, name, url):
+    try:
+        fetch("config.json")
+    except NotFound:
+        raise NotFound(f"no such model on the Hub or mirror: hf:{name} ({url}/config.json answered HTTP 404)") from None
+
+
+def fetch_weights(fetch, name, folder):
+    """model.safetensors, or else the index and the shards it names."""
+    try:
+        fetch("model.safetensors")
+        return
+    except NotFound:
+        pass
+    try:
+        fetch("model.safetensors.index.json")
+    except NotFound:
+        raise NotFound(f"hf:{name} has no model.safetensors: if it has only pytorch_model.bin (a pickle), this "
+                       "project does not load it; convert it with transformers' save_pretrained") from None
+    for shard in weight_files(folder)[1:]:
+        fetch(shard)
+
+
+def fetch_tokenizer(fetch, name):
+    for file in TOKENIZER:
         try:
-            fetch("config.json")
+            fetch(file)
         except NotFound:
-            raise DownloadError(f"no such model on the Hub or mirror: hf:{name} ({base}/config.json answered "
-                                "HTTP 404)") from None
-        try:
-            fetch("model.safetensors")
-        except NotFound:
-            try:
-                fetch("model.safetensors.index.json")
-            except NotFound:
-                raise DownloadError(f"hf:{name} has no model.safetensors: if it has only pytorch_model.bin (a "
-                                    "pickle), this project does not load it; convert it with transformers' "
-                                    "save_pretrained") from None
-            for shard in weight_files(folder)[1:]:
-                fetch(shard)
-        for file in TOKENIZER:
-            try:
-                fetch(file)
-            except NotFound:
-                raise DownloadError(f"hf:{name} has no {file}: this project needs GPT-2's byte-level BPE "
-                                    "(vocab.json and merges.txt)") from None
-    return folder
+            raise NotFound(f"hf:{name} has no {file}: this project needs GPT-2's byte-level BPE "
+                           f"({' and '.join(TOKENIZER)})") from None

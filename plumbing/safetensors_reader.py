@@ -32,6 +32,16 @@ class SafetensorsError(UserError):
 def read_header(path):
     """-> (header without __metadata__, where the data starts, the file's size). Every tensor's
     offsets are checked: inside the file, matching its dtype and shape, none overlapping."""
+    raw, start, size = read_raw_header(path)
+    header = parse_header(raw, path)
+    for name, info in header.items():
+        check_tensor_entry(name, info, start, size, path)
+    check_no_overlap(header, path)
+    return header, start, size
+
+
+def read_raw_header(path):
+    """The header's bytes, read after their 8-byte length. -> (bytes, where the data starts, file size)"""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
@@ -41,9 +51,13 @@ def read_header(path):
             if n > MAX_HEADER or 8 + n > size:
                 raise SafetensorsError(f"its header says it is {n:,} bytes long, but the file has {size:,}: "
                                        "truncated, or not a safetensors file", path=path)
-            raw = f.read(n)
+            return f.read(n), 8 + n, size
     except OSError as e:
         raise SafetensorsError(e.strerror, path=path) from None
+
+
+def parse_header(raw, path):
+    """The header's JSON object, without its __metadata__."""
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -51,26 +65,31 @@ def read_header(path):
     if not isinstance(header, dict):
         raise SafetensorsError("its header is not a JSON object", path=path)
     header.pop("__metadata__", None)
-    start, spans = 8 + n, []
-    for name, info in header.items():
-        try:
-            dtype, shape, (begin, end) = DTYPES[info["dtype"]], tuple(info["shape"]), info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise SafetensorsError(f"{name}: a dtype, shape and data_offsets are needed (dtype F32, F16, BF16, ...)",
-                                   path=path) from None
-        if not all(isinstance(d, int) and d >= 0 for d in (*shape, begin, end)) or begin > end:
-            raise SafetensorsError(f"{name}: bad shape or offsets", path=path)
-        if start + end > size:
-            raise SafetensorsError(f"{name} runs past the end of the file (to byte {start + end:,} of {size:,}): "
-                                   "truncated?", path=path)
-        if end - begin != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
-            raise SafetensorsError(f"{name}: {end - begin} bytes do not hold {info['dtype']} {list(shape)}", path=path)
-        spans.append((begin, end, name))
-    spans.sort()
+    return header
+
+
+def check_tensor_entry(name, info, start, size, path):
+    """A tensor's dtype, shape and offsets: known, inside the file, and exactly dtype × shape bytes."""
+    try:
+        dtype, shape, (begin, end) = DTYPES[info["dtype"]], tuple(info["shape"]), info["data_offsets"]
+    except (KeyError, TypeError, ValueError):
+        raise SafetensorsError(f"{name}: a dtype, shape and data_offsets are needed (dtype F32, F16, BF16, ...)",
+                               path=path) from None
+    if not all(isinstance(d, int) and d >= 0 for d in (*shape, begin, end)) or begin > end:
+        raise SafetensorsError(f"{name}: bad shape or offsets", path=path)
+    if start + end > size:
+        raise SafetensorsError(f"{name} runs past the end of the file (to byte {start + end:,} of {size:,}): "
+                               "truncated?", path=path)
+    if end - begin != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
+        raise SafetensorsError(f"{name}: {end - begin} bytes do not hold {info['dtype']} {list(shape)}", path=path)
+
+
+def check_no_overlap(header, path):
+    """No two tensors share a byte (their entries already checked)."""
+    spans = sorted((*info["data_offsets"], name) for name, info in header.items())
     for (_, end, a), (begin, _, b) in zip(spans, spans[1:]):
         if begin < end:
             raise SafetensorsError(f"{a} and {b} overlap", path=path)
-    return header, start, size
 
 
 def bfloat16_to_float32(bits):

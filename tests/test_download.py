@@ -1,11 +1,13 @@
 """download.py against a local mirror on 127.0.0.1 that drops connections and fails on purpose."""
 import os
+import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from conftest import ROOT, checkpoint_dir, closed_port, model_folder_copy
+from conftest import DATA, ROOT, checkpoint_dir, closed_port, model_folder_copy
 import download
 from download import CheckpointError, DownloadError
 from plumbing import shapes
@@ -375,3 +377,112 @@ def test_a_hub_name_given_to_download_py_says_where_it_downloads(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert 'hf:owner/name is a Hub model: python gpt2_numpy.py --model hf:owner/name "prompt" downloads it' in r.stderr
     assert os.listdir(tmp_path) == []
+
+
+# --- a failed download says what is true, and leaves nothing of its own behind (issue 23, §6.11) ---
+
+def test_no_server_names_the_host_and_the_folder_not_a_part_file_that_was_never_made(tmp_path):
+    port = closed_port()
+    with pytest.raises(DownloadError) as e:
+        download.download_model("124M", str(tmp_path), base_url=f"http://127.0.0.1:{port}", quiet=True,
+                                tries=1, backoff=0)
+    message = str(e.value)
+    assert f"is 127.0.0.1:{port} reachable?" in message and "(Connection refused)" in message
+    assert f"Nothing was saved in {tmp_path / '124M'}" in message
+    assert ".part" not in message and not [f for f in files_under(str(tmp_path)) if f.endswith(".part")]
+
+
+def test_a_404_removes_the_lock_and_the_folders_it_made(mirror, tmp_path):
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        fetch(mirror, tmp_path / "models", model="355M")
+    assert not (tmp_path / "models").exists()  # made by this run, and left empty: gone
+    (tmp_path / "models").mkdir()
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        fetch(mirror, tmp_path / "models", model="355M")
+    assert os.listdir(tmp_path / "models") == []  # the user's folder stays; only 355M/ and its lock go
+
+
+def test_a_404_after_some_files_keeps_them_and_the_lock(mirror, tmp_path):
+    os.remove(os.path.join(mirror.root, "124M", DATA_FILE))  # a mirror that lacks the weights
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        fetch(mirror, tmp_path / "models")
+    assert files_under(str(tmp_path / "models" / "124M")) == sorted(
+        [".lock"] + [n for n in download.MODEL_FILES if n != DATA_FILE])
+
+
+def test_a_lock_file_removed_while_waiting_for_it_is_not_held(tmp_path):
+    """A failed download removes its lock file while another process waits on it: the waiter must
+    lock the file that is there now, not the removed one (two downloads at once otherwise)."""
+    fcntl = pytest.importorskip("fcntl")
+    folder = tmp_path / "124M"
+    folder.mkdir()
+    first = open(folder / download.LOCK, "a")
+    fcntl.flock(first, fcntl.LOCK_EX)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(download.hold_lock(str(folder), "124M", quiet=True)))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()  # it waits for the lock
+    os.remove(folder / download.LOCK)
+    os.rmdir(folder)  # as a failed first download leaves things: nothing
+    fcntl.flock(first, fcntl.LOCK_UN)
+    first.close()
+    waiter.join(10)
+    assert got and download.is_the_file_at(got[0], str(folder / download.LOCK))
+    got[0].close()
+
+
+# --- errors that say more (issue 23, §6 friction) ---------------------------------------------
+
+def run_generate(*args):
+    """python gpt2_numpy.py ARGS, with the mirror's tiny model standing in for 124M."""
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tiny_as_124m.py"), "gpt2_numpy.py", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(r, message):
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_verify_before_a_download_says_how_to_download(tmp_path):
+    r = run_download("--verify", "355M", "--models-dir", str(tmp_path))
+    assert_one_line_error(r, f"355M is not downloaded (no such folder {tmp_path / '355M'}): "
+                             f"python download.py 355M --models-dir {tmp_path} downloads it")
+    (tmp_path / "355M").mkdir()
+    (tmp_path / "355M" / "checkpoint").write_text('model_checkpoint_path: "model.ckpt"\n')
+    r = run_download("--verify", "355M", "--models-dir", str(tmp_path))
+    assert_one_line_error(r, f"355M is not downloaded (hparams.json is missing from {tmp_path / '355M'})")
+
+
+def test_a_trained_tokenizer_given_as_a_model_is_named_a_tokenizer_folder(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat. " * 20)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bpe.py"), "--train", str(text), "--vocab-size", "260",
+                        "--out", str(tmp_path / "tok"), "--quiet"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert_one_line_error(run_generate("--model", str(tmp_path / "tok"), "hi"),
+                          "a tokenizer folder (encoder.json and vocab.bpe, no weights), not a model: --model needs "
+                          "a model folder")
+    assert "train.py --from-scratch --tokenizer" in run_generate("--model", str(tmp_path / "tok"), "hi").stderr
+
+
+def test_a_hugging_face_tokenizer_given_as_a_model_is_named_a_tokenizer_folder(tmp_path):
+    folder = tmp_path / "hf-tok"
+    folder.mkdir()
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copy(os.path.join(DATA, "hf", "tiny", f), folder)
+    assert_one_line_error(run_generate("--model", str(folder), "hi"),
+                          "a tokenizer folder (vocab.json and merges.txt, no weights), not a model")
+
+
+@pytest.mark.parametrize("model", ["/nonexistent", "./models/mine", "runs/baby", ".hidden"])
+def test_a_missing_folder_is_no_such_folder(tmp_path, model):
+    r = run_generate("--model", model, "--models-dir", str(tmp_path), "hi")
+    assert_one_line_error(r, f"no such folder: {model} (")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_bare_word_is_an_unknown_model_with_the_sizes(tmp_path):
+    r = run_generate("--model", "gpt3", "--models-dir", str(tmp_path), "hi")
+    assert_one_line_error(r, "unknown model 'gpt3': choose one of 124M, 355M, 774M, 1558M")

@@ -280,3 +280,23 @@ def test_hf_a_pickle_only_repository(hub_mirror, tmp_path):
     (files / "pytorch_model.bin").write_bytes(b"PK")
     with pytest.raises(DownloadError, match="has no model.safetensors: if it has only pytorch_model.bin"):
         hub.download_hub_model("test-org/tiny-gpt2", str(tmp_path / "models"), quiet=True, endpoint=hub_mirror.url)
+
+
+# --- a repository that is not there, or is unusable, leaves nothing behind (issue 23, §6.11) ---
+
+def test_hf_404_leaves_no_models_folder_behind(hub_mirror, tmp_path):
+    r = run_cli("hi", "--model", "hf:test-org/nothing-here", "--models-dir", str(tmp_path / "models"),
+                env={"HF_ENDPOINT": hub_mirror.url})
+    assert_one_line_error(r, "no such model on the Hub or mirror")
+    assert os.listdir(tmp_path) == ["hub"]  # the mirror's files only: no models/, no hf/, no .lock
+
+
+@pytest.mark.parametrize("missing, message", [("model.safetensors", "has no model.safetensors"),
+                                              ("merges.txt", "has no merges.txt")])
+def test_hf_an_unusable_repository_leaves_nothing_it_fetched(hub_mirror, tmp_path, missing, message):
+    (tmp_path / "hub" / "test-org" / "tiny-gpt2" / "resolve" / "main" / missing).unlink()
+    models = tmp_path / "models"
+    (models / "hf" / "test-org").mkdir(parents=True)  # made before: it stays
+    with pytest.raises(DownloadError, match=message):
+        hub.download_hub_model("test-org/tiny-gpt2", str(models), quiet=True, endpoint=hub_mirror.url)
+    assert os.listdir(models / "hf" / "test-org") == []  # config.json, the weights, .lock and the folder: gone
