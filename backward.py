@@ -11,7 +11,7 @@ Each forward function has its backward here, with its derivative in one line and
        (training only) dropout       dropout_backward
     2. attention (with its mask)     attention_backward
        mha                           mha_backward
-    3. transformer_block             block_backward
+    3. transformer_block             transformer_block_backward
        wte[ids] + wpe[positions]     embedding_backward
        the output layer + the loss   cross_entropy, cross_entropy_backward, head_backward
        gpt2 + cross-entropy          loss_and_grads
@@ -19,7 +19,7 @@ Each forward function has its backward here, with its derivative in one line and
 The training forward is gpt2_hidden() itself, run with a hook that keeps exactly the
 activations the backward reads (KEPT), and that applies dropout where GPT-2 has it; nothing
 of the forward pass is written again here. Where the hot path needs a cleverer form
-(gelu_backward_no_temporaries, cross_entropy_in_place), the plain one stays beside it and a
+(gelu_backward_fast, cross_entropy_fast), the plain one stays beside it and a
 test holds the two equal. The optimizer is optimizer.py's; the loop is train.py's.
 """
 import math
@@ -47,9 +47,9 @@ def gelu_backward(x, dy):
     return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x2))
 
 
-def gelu_backward_no_temporaries(x, dy):
+def gelu_backward_fast(x, dy):
     """gelu_backward(x, dy), for the hot path. GELU is x s with s = 1 / (1 + exp(-2y)), y = x (a + b x²)
-    (as gelu_no_temporaries computes it), so its derivative is s + x s (1 - s) 2y':
+    (as gelu_fast computes it), so its derivative is s + x s (1 - s) 2y':
         dx = (s + s (1 - s) u) dy,  u = x (2a + 6b x²),  a = √(2/π), b = 0.044715 a,
     one exp where gelu_backward has a tanh, in three new arrays updated in place. A test holds it equal."""
     a, b = SQRT_2_OVER_PI, GELU_CUBIC * SQRT_2_OVER_PI
@@ -102,7 +102,7 @@ def ffn_backward(x, h, a, c_fc, c_proj, dy):
     """c_proj(gelu(c_fc(x))) backwards: c_proj, then gelu, then c_fc. h = c_fc(x), a = gelu(h).
     x, dy [B, T, C], h, a [B, T, 4C] -> dx [B, T, C], grads {c_fc, c_proj}"""
     da, dw_proj, db_proj = linear_backward(a, c_proj["w"], dy)
-    dx, dw_fc, db_fc = linear_backward(x, c_fc["w"], in_chunks(gelu_backward_no_temporaries, h, da))
+    dx, dw_fc, db_fc = linear_backward(x, c_fc["w"], in_chunks(gelu_backward_fast, h, da))
     return dx, {"c_fc": {"w": dw_fc, "b": db_fc}, "c_proj": {"w": dw_proj, "b": db_proj}}
 
 
@@ -155,7 +155,7 @@ def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0):
 # 3. The model
 # ============================================================================
 
-def block_backward(kept, ln_1, attn, ln_2, mlp, n_head, dy, p_drop=0.0):
+def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, n_head, dy, p_drop=0.0):
     """x + mha(ln_1(x)), then + ffn(ln_2(x)), backwards: each residual passes dy straight through
     and adds what flows back through its branch (and through its dropout, if any).
     dy [B, T, C] -> dx [B, T, C], grads"""
@@ -224,7 +224,7 @@ def cross_entropy_backward(logits, targets):
 ROWS = 8  # logits rows at a time: 8 x 50257 floats (1.6 MB) stay in the cache through every step
 
 
-def cross_entropy_in_place(logits, targets):
+def cross_entropy_fast(logits, targets):
     """cross_entropy and cross_entropy_backward in one pass, for the hot path: logits [N, V]
     is overwritten with d loss / d logits, ROWS rows at a time, each one's max, exp, sum and
     scale done while it is in the cache, and the rows shared among the cores (each pass over
@@ -256,7 +256,7 @@ def head_backward(xf, wte, targets, buffers=None):
     x = xf.reshape(-1, xf.shape[-1])  # [N, C]
     logits = reused(buffers, "logits", (len(x), len(wte)), x.dtype)
     np.matmul(x, wte.T, out=logits)
-    loss = cross_entropy_in_place(logits, targets.reshape(-1))  # logits is now dlogits
+    loss = cross_entropy_fast(logits, targets.reshape(-1))  # logits is now dlogits
     dwte = np.matmul(logits.T, x, out=reused(buffers, "dwte", wte.shape, x.dtype))
     return loss, (logits @ wte).reshape(xf.shape), dwte
 
@@ -273,7 +273,7 @@ def loss_and_grads(ids, targets, params, n_head, p_drop=0.0, rng=None, buffers=N
     dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], dxf, params["ln_f"].get("eps", 1e-5))
     grads = {"ln_f": {"g": dgf, "b": dbf}, "blocks": [None] * len(params["blocks"])}
     for i in reversed(range(len(params["blocks"]))):
-        dx, grads["blocks"][i] = block_backward(kept[i], **params["blocks"][i], n_head=n_head, dy=dx, p_drop=p_drop)
+        dx, grads["blocks"][i] = transformer_block_backward(kept[i], **params["blocks"][i], n_head=n_head, dy=dx, p_drop=p_drop)
     dx = dropout_backward(kept[0].get("resid_pre.keep"), p_drop, dx)  # the embeddings' dropout
     grads["wte"], grads["wpe"] = dwte, np.zeros_like(params["wpe"])
     embedding_backward(ids, dx, grads["wte"], grads["wpe"])  # wte's second part: the gather's

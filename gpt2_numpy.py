@@ -51,7 +51,7 @@ def gelu(x):
     return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x ** 3)))
 
 
-def gelu_no_temporaries(x):
+def gelu_fast(x):
     """gelu(x), for the hot path. Since 0.5 (1 + tanh y) = 1 / (1 + exp(-2y)), GELU is also
     x / (1 + exp(-2y)),  y = x (a + b x²),  a = √(2/π), b = 0.044715 a:
     one exp where gelu has a tanh (NumPy's float32 tanh costs twice its exp), computed in one
@@ -96,7 +96,7 @@ def linear(x, w, b):
 def ffn(x, c_fc, c_proj, hook=no_hook):
     """The position-wise MLP: c_proj(gelu(c_fc(x))).   [B, T, C] -> [B, T, 4C] -> [B, T, C]"""
     h = hook("mlp.c_fc", linear(x, **c_fc))  # [B, T, 4C]
-    a = hook("mlp.gelu", gelu_no_temporaries(h))  # [B, T, 4C]
+    a = hook("mlp.gelu", gelu_fast(h))  # [B, T, 4C]
     return hook("mlp.out", linear(a, **c_proj))  # [B, T, C]
 
 

@@ -64,7 +64,7 @@ def test_each_cached_stage_is_what_the_next_is_made_from(models):
     np.testing.assert_array_equal(c["blocks.0.attn.hook_pattern"], g.softmax(c["blocks.0.attn.hook_attn_scores"]))
     q, k, v = (c[f"blocks.0.attn.hook_{n}"].swapaxes(1, 2) for n in "qkv")
     np.testing.assert_allclose(c["blocks.0.attn.hook_z"].swapaxes(1, 2), g.attention(q, k, v), rtol=1e-6, atol=1e-7)
-    np.testing.assert_array_equal(c["blocks.0.mlp.hook_post"], g.gelu_no_temporaries(c["blocks.0.mlp.hook_pre"]))
+    np.testing.assert_array_equal(c["blocks.0.mlp.hook_post"], g.gelu_fast(c["blocks.0.mlp.hook_pre"]))
 
 
 def test_a_names_filter_keeps_only_what_is_asked(models):

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import DATA, checkpoint_dir, rand
+from conftest import DATA, ROOT, checkpoint_dir, rand
 import gpt2_numpy as g
 import look_inside
 from plumbing.checkpoint import load_checkpoint
@@ -219,3 +219,13 @@ def test_score_needs_two_tokens(models):
 def test_log_softmax_matches_log_of_softmax():
     x = rand(3, 9, seed=31, scale=5)
     np.testing.assert_allclose(g.log_softmax(x), np.log(g.softmax(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_every_fast_twin_is_its_plain_functions_name_with_fast():
+    import ast
+    import handout
+    for (file, twin), _ in handout.TWINS.items():
+        with open(os.path.join(ROOT, file), encoding="utf-8") as f:
+            defined = {n.name for n in ast.walk(ast.parse(f.read())) if isinstance(n, ast.FunctionDef)}
+        assert twin.endswith("_fast"), f"{file}: the fast twin {twin} should be named <plain name>_fast"
+        assert twin in defined and twin[:-len("_fast")] in defined, f"{file}: {twin} and its plain form"
