@@ -62,15 +62,15 @@ def test_gelu_backward_fast_is_gelu_backward():
 
 
 def test_dropout_keeps_the_mean_and_zeroes_about_p():
-    y, keep = backward.dropout(np.ones(200_000, np.float32), 0.1, np.random.default_rng(0))
+    y, keep = backward.apply_dropout(np.ones(200_000, np.float32), 0.1, np.random.default_rng(0))
     assert y.dtype == np.float32 and abs(keep.mean() - 0.9) < 0.005
     assert set(np.unique(y).tolist()) == {0.0, np.float32(1 / 0.9)} and abs(y.mean() - 1) < 0.01
 
 
 def test_dropout_backward_by_finite_differences():
     x, w = r64(3, 8, seed=40), r64(3, 8, seed=41)
-    _, keep = backward.dropout(x, 0.3, np.random.default_rng(42))
-    f = lambda: (backward.dropout(x, 0.3, np.random.default_rng(42))[0] * w).sum()  # noqa: E731
+    _, keep = backward.apply_dropout(x, 0.3, np.random.default_rng(42))
+    f = lambda: (backward.apply_dropout(x, 0.3, np.random.default_rng(42))[0] * w).sum()  # noqa: E731
     assert 0 < keep.sum() < keep.size
     check(backward.dropout_backward(keep, 0.3, w), f, x, "dropout_backward")
 
