@@ -305,7 +305,7 @@ def top_entries(encoder, probs, k):
 
 def run_top(args, encoder, hparams, params):
     ids = start_ids(args, encoder)
-    logits = g.gpt2(ids, params, hparams["n_head"], last_only=True)[-1]
+    logits = g.gpt2(ids, params, hparams["n_head"], last_only=True, eps=g.layer_norm_eps(hparams))[-1]
     top, probs, logprobs = look_inside.next_token_table(logits, args.top)
     print(f"after {plural(len(ids), 'token')}, ...{shown_token(encoder, ids[-1])!r}:")
     print(f"{'rank':>4}  {'token':<20}{'id':>7}{'prob':>10}{'log p':>10}")

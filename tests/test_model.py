@@ -263,3 +263,22 @@ def test_a_257_token_vocabulary_stops_at_its_own_endoftext_and_has_no_50256():
     assert first.tolist() == [256]
     with pytest.raises(ValueError, match="50256 is outside 0..256"):
         g.generate([], params, hp, 3, stop=g.ENDOFTEXT_ID)
+
+
+def test_the_layer_norms_eps_comes_from_hparams_and_gives_hugging_faces_logits():
+    """tests/data/hf/inner was made with layer_norm_epsilon = 1e-3: read from its config into hparams
+    (never into params), it gives GPT2LMHeadModel's logits; GPT-2's 1e-5 would not."""
+    import backward
+    from plumbing import hf_model
+    hp, params, _ = hf_model.load_hf_folder(os.path.join(DATA, "hf", "inner"))
+    golden = np.load(os.path.join(DATA, "hf", "golden.npz"))
+    ids, want = golden["inner/ids"], golden["inner/last_logits"]
+    assert g.layer_norm_eps(hp) == 1e-3 and all(set(norm) == {"g", "b"} for norm in [params["ln_f"]] + [
+        b[n] for b in params["blocks"] for n in ("ln_1", "ln_2")])
+    assert np.abs(g.gpt2(ids, params, hp["n_head"], eps=g.layer_norm_eps(hp))[:, -1] - want).max() <= 1e-4
+    assert np.abs(g.gpt2(ids, params, hp["n_head"])[:, -1] - want).max() > 1e-3  # the default eps is not this model's
+    logits = look_inside.run_with_cache(ids, params, hp, names=[])[0]  # the callers that take hparams use it
+    assert np.abs(logits[:, -1] - want).max() <= 1e-4
+    loss, _ = backward.loss_and_grads(ids[:, :-1], ids[:, 1:], params, hp["n_head"], eps=g.layer_norm_eps(hp))
+    assert loss == pytest.approx(g.next_token_loss(logits[:, :-1], ids[:, 1:]), rel=1e-5)
+    assert g.score(ids[0], params, hp)[1] == pytest.approx(g.next_token_loss(logits[:1, :-1], ids[:1, 1:]), rel=1e-5)
