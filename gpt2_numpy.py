@@ -6,7 +6,7 @@ The file goes in the order the data flows:
   1. building blocks    gelu, softmax, layer_norm, linear, ffn
   2. attention          split_heads, attention_scores, attention, the KV cache, mha
   3. the model          transformer_block, gpt2_hidden, gpt2
-  4. generation         sampling controls, generate (streams tokens), score
+  4. generation         sampling controls, generate (streams tokens), the next-token loss, score
 and at the bottom the entry point, which hands over to plumbing/gpt2_cli.py.
 
 It needs NumPy and nothing else: finding, downloading and reading the weights is
