@@ -135,7 +135,7 @@ def kept_of(x, block, n_head):
     return y, kept
 
 
-def test_ffn_and_block_backward_by_finite_differences():
+def test_ffn_and_transformer_block_backward_by_finite_differences():
     x, dy, block = r64(2, 4, 6, seed=20), r64(2, 4, 6, seed=21), block_params(30)
     _, kept = kept_of(x, block, 2)
     dx, grads = backward.transformer_block_backward(kept, **block, n_head=2, dy=dy)
