@@ -8,25 +8,30 @@ Each forward function has its backward here, with its derivative in one line and
        layer_norm                    layer_norm_backward
        linear                        linear_backward
        ffn                           ffn_backward
-       (training only) dropout       dropout_backward
+       (training only) dropout       apply_dropout, dropout_backward
     2. attention (with its mask)     attention_backward
        mha                           mha_backward
-    3. transformer_block             block_backward
+    3. the model, in the order loss_and_grads goes through it:
+       gpt2_hidden, with a hook      training_forward (keeps what the backward reads)
+       next_token_loss               cross_entropy, cross_entropy_backward
+       the output layer + the loss   head_backward (with cross_entropy_fast)
+       transformer_block             transformer_block_backward
        wte[ids] + wpe[positions]     embedding_backward
-       the output layer + the loss   cross_entropy, cross_entropy_backward, head_backward
-       gpt2 + cross-entropy          loss_and_grads
+       gpt2 + its loss               loss_and_grads
 
 The training forward is gpt2_hidden() itself, run with a hook that keeps exactly the
 activations the backward reads (KEPT), and that applies dropout where GPT-2 has it; nothing
 of the forward pass is written again here. Where the hot path needs a cleverer form
-(gelu_backward_no_temporaries, cross_entropy_in_place), the plain one stays beside it and a
+(gelu_backward_fast, cross_entropy_fast), the plain one stays beside it and a
 test holds the two equal. The optimizer is optimizer.py's; the loop is train.py's.
 """
 import math
 
 import numpy as np
 
-from gpt2_numpy import GELU_CUBIC, SQRT_2_OVER_PI, gpt2_hidden, log_softmax, merge_heads, softmax, split_heads
+from gpt2_numpy import (GELU_CUBIC, LAYER_NORM_EPS, SQRT_2_OVER_PI, checked_ids, gpt2_hidden, log_softmax, merge_heads,
+                        next_token_loss, softmax, split_heads)
+from plumbing import shapes
 from plumbing.parallel import in_chunks, reused, shared_among_cores
 
 KEPT = ("resid_pre", "ln_1", "attn.q", "attn.k", "attn.v", "attn.weights", "attn.z", "resid_mid", "ln_2",
@@ -42,14 +47,14 @@ DROPPED = ("attn.weights", "attn.out", "mlp.out")  # per block, where GPT-2 has 
 def gelu_backward(x, dy):
     """d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t²) √(2/π) (1 + 3·0.044715 x²),  t = tanh(√(2/π)(x + 0.044715 x³))
     x, dy [...] -> dx [...]"""
-    x2 = x * x  # (x ** 3 would be ~30x slower: NumPy's float32 power is a general pow)
+    x2 = x * x  # not x ** 3: NumPy's float32 power is a general pow, many times slower
     t = np.tanh(SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x2))
     return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x2))
 
 
-def gelu_backward_no_temporaries(x, dy):
+def gelu_backward_fast(x, dy):
     """gelu_backward(x, dy), for the hot path. GELU is x s with s = 1 / (1 + exp(-2y)), y = x (a + b x²)
-    (as gelu_no_temporaries computes it), so its derivative is s + x s (1 - s) 2y':
+    (as gelu_fast computes it), so its derivative is s + x s (1 - s) 2y':
         dx = (s + s (1 - s) u) dy,  u = x (2a + 6b x²),  a = √(2/π), b = 0.044715 a,
     one exp where gelu_backward has a tanh, in three new arrays updated in place. A test holds it equal."""
     a, b = SQRT_2_OVER_PI, GELU_CUBIC * SQRT_2_OVER_PI
@@ -78,7 +83,7 @@ def softmax_backward(y, dy):
     return y * (dy - (dy * y).sum(axis=-1, keepdims=True))
 
 
-def layer_norm_backward(x, g, dy, eps=1e-5):
+def layer_norm_backward(x, g, dy, eps=LAYER_NORM_EPS):
     """y = x̂ g + b, x̂ = (x - mean) / √(var + eps):
     dg = Σ dy x̂,  db = Σ dy,  dx = (dx̂ - mean(dx̂) - x̂ mean(dx̂ x̂)) / √(var + eps),  dx̂ = dy g
     x, dy [..., C], g [C] -> dx [..., C], dg [C], db [C]"""
@@ -102,25 +107,25 @@ def ffn_backward(x, h, a, c_fc, c_proj, dy):
     """c_proj(gelu(c_fc(x))) backwards: c_proj, then gelu, then c_fc. h = c_fc(x), a = gelu(h).
     x, dy [B, T, C], h, a [B, T, 4C] -> dx [B, T, C], grads {c_fc, c_proj}"""
     da, dw_proj, db_proj = linear_backward(a, c_proj["w"], dy)
-    dx, dw_fc, db_fc = linear_backward(x, c_fc["w"], in_chunks(gelu_backward_no_temporaries, h, da))
+    dx, dw_fc, db_fc = linear_backward(x, c_fc["w"], in_chunks(gelu_backward_fast, h, da))
     return dx, {"c_fc": {"w": dw_fc, "b": db_fc}, "c_proj": {"w": dw_proj, "b": db_proj}}
 
 
-def dropout(x, p_drop, rng):
+def apply_dropout(x, p_drop, rng):
     """Zero each element with probability p_drop and scale the rest by 1 / (1 - p_drop), so the mean is kept.
-    x [...] -> (y [...], the kept elements' mask [...] of bools)"""
-    keep = rng.random(x.shape, dtype=np.float32) >= p_drop
-    y = x * keep
+    x [...] -> (y [...], the mask [...] of bools: True where an element was kept)"""
+    mask = rng.random(x.shape, dtype=np.float32) >= p_drop
+    y = x * mask
     y *= 1.0 / (1.0 - p_drop)
-    return y, keep
+    return y, mask
 
 
-def dropout_backward(keep, p_drop, dy):
-    """y = x · keep / (1 - p_drop):  dx = dy · keep / (1 - p_drop).   keep, dy [...] -> dx [...]
+def dropout_backward(mask, p_drop, dy):
+    """y = x · mask / (1 - p_drop):  dx = dy · mask / (1 - p_drop).   mask, dy [...] -> dx [...]
     With no mask (no dropout there), dx = dy."""
-    if keep is None:
+    if mask is None:
         return dy
-    dx = dy * keep
+    dx = dy * mask
     dx *= 1.0 / (1.0 - p_drop)
     return dx
 
@@ -129,15 +134,15 @@ def dropout_backward(keep, p_drop, dy):
 # 2. Attention
 # ============================================================================
 
-def attention_backward(q, k, v, weights, dz, keep=None, p_drop=0.0):
+def attention_backward(q, k, v, weights, dz, mask=None, p_drop=0.0):
     """z = weights v, weights = softmax(q kᵀ/√D + mask):
     dv = weightsᵀ dz,  dweights = dz vᵀ,  dscores = softmax_backward,  dq = dscores k/√D,  dk = dscoresᵀ q/√D
     q [B, H, T, D], weights [B, H, T, T], dz [B, H, T, D] -> dq, dk, dv [B, H, T, D]
-    With dropout on the weights (keep, p_drop), z was made from the dropped weights instead."""
+    With dropout on the weights (its mask, p_drop), z was made from the dropped weights instead."""
     scale = 1.0 / math.sqrt(q.shape[-1])
-    used = weights if keep is None else dropout_backward(keep, p_drop, weights)  # the same mask and scale
+    used = weights if mask is None else dropout_backward(mask, p_drop, weights)  # the same mask and scale
     dv = used.swapaxes(-1, -2) @ dz
-    dscores = in_chunks(softmax_backward, weights, dropout_backward(keep, p_drop, dz @ v.swapaxes(-1, -2)))
+    dscores = in_chunks(softmax_backward, weights, dropout_backward(mask, p_drop, dz @ v.swapaxes(-1, -2)))
     return dscores @ k * scale, dscores.swapaxes(-1, -2) @ q * scale, dv
 
 
@@ -145,7 +150,7 @@ def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0):
     """c_proj, merge heads, attention, split heads, c_attn, backwards.   dy [B, T, C] -> dx [B, T, C], grads"""
     dz_merged, dw, db = linear_backward(merge_heads(kept["attn.z"]), c_proj["w"], dy)
     dq, dk, dv = attention_backward(kept["attn.q"], kept["attn.k"], kept["attn.v"], kept["attn.weights"],
-                                    split_heads(dz_merged, n_head), kept.get("attn.weights.keep"), p_drop)
+                                    split_heads(dz_merged, n_head), kept.get("attn.weights.mask"), p_drop)
     dqkv = np.concatenate([merge_heads(d) for d in (dq, dk, dv)], axis=-1)  # [B, T, 3C], as c_attn made them
     dx, dw_attn, db_attn = linear_backward(kept["ln_1"], c_attn["w"], dqkv)
     return dx, {"c_attn": {"w": dw_attn, "b": db_attn}, "c_proj": {"w": dw, "b": db}}
@@ -155,61 +160,38 @@ def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0):
 # 3. The model
 # ============================================================================
 
-def block_backward(kept, ln_1, attn, ln_2, mlp, n_head, dy, p_drop=0.0):
-    """x + mha(ln_1(x)), then + ffn(ln_2(x)), backwards: each residual passes dy straight through
-    and adds what flows back through its branch (and through its dropout, if any).
-    dy [B, T, C] -> dx [B, T, C], grads"""
-    dln2, mlp_grads = ffn_backward(kept["ln_2"], kept["mlp.c_fc"], kept["mlp.gelu"], mlp["c_fc"], mlp["c_proj"],
-                                   dropout_backward(kept.get("mlp.out.keep"), p_drop, dy))
-    dmid, dg2, db2 = layer_norm_backward(kept["resid_mid"], ln_2["g"], dln2, ln_2.get("eps", 1e-5))
-    dmid = dmid + dy
-    dln1, attn_grads = mha_backward(kept, attn["c_attn"], attn["c_proj"], n_head,
-                                    dropout_backward(kept.get("attn.out.keep"), p_drop, dmid), p_drop)
-    dx, dg1, db1 = layer_norm_backward(kept["resid_pre"], ln_1["g"], dln1, ln_1.get("eps", 1e-5))
-    return dx + dmid, {"ln_1": {"g": dg1, "b": db1}, "attn": attn_grads, "ln_2": {"g": dg2, "b": db2},
-                       "mlp": mlp_grads}
-
-
-def embedding_backward(ids, dx, dwte, dwpe):
-    """x = wte[ids] + wpe[positions] backwards, added into dwte [V, C] and dwpe [n_ctx, C]:
-    dwte[v] += Σ dx over the positions holding token v,  dwpe[t] += Σ dx[:, t] over the batch.
-    ids [B, T], dx [B, T, C]"""
-    np.add.at(dwte, ids.reshape(-1), dx.reshape(-1, dx.shape[-1]))  # a token seen twice adds twice
-    dwpe[:ids.shape[1]] += dx.sum(axis=0)
-
-
-def training_forward(ids, params, n_head, p_drop=0.0, rng=None):
+def training_forward(ids, params, n_head, p_drop=0.0, rng=None, eps=LAYER_NORM_EPS):
     """gpt2_hidden() with a hook that keeps what the backward needs, and with dropout (probability p_drop)
     where GPT-2 has it: the embeddings' sum, the attention weights and each branch's output.
     -> (kept per block, {"x": ln_f's input, "ln_f": its output [B, T, C]})"""
     blocks, top = [{} for _ in params["blocks"]], {}
 
-    def keep(name, x):
-        block, _, stage = name.partition(".")
-        if block == "ln_f":
+    def keep_for_backward(name, x):
+        if name == "ln_f":
             top["ln_f"] = x
             return x
-        if not (block[0] == "h" and block[1:].isdigit()):
+        i = shapes.block_index(name)
+        if i is None:
             return x
-        kept = blocks[int(block[1:])]
+        kept, stage = blocks[i], name.partition(".")[2]
         if stage == "attn.weights" and p_drop:
             kept[stage] = x  # the softmax's backward needs its own output, from before the dropout
         if p_drop and (stage in DROPPED or name == "h0.resid_pre"):
-            x, kept[stage + ".keep"] = dropout(x, p_drop, rng)
+            x, kept[stage + ".mask"] = apply_dropout(x, p_drop, rng)
         if stage in KEPT and stage not in kept:
             kept[stage] = x  # otherwise, what the next layer saw
-        if stage == "resid_post" and int(block[1:]) == len(blocks) - 1:
+        if stage == "resid_post" and i == len(blocks) - 1:
             top["x"] = x
         return x
 
-    gpt2_hidden(ids, params, n_head, hook=keep)
+    gpt2_hidden(ids, params, n_head, hook=keep_for_backward, eps=eps)
     return blocks, top
 
 
 def cross_entropy(logits, targets):
-    """-mean log softmax(logits)[target], and log softmax(logits).   logits [B, T, V], targets [B, T]"""
-    logprobs = log_softmax(logits)
-    return float(-np.take_along_axis(logprobs, targets[..., None], -1).mean()), logprobs
+    """The loss, -mean log softmax(logits)[target] (gpt2_numpy's next_token_loss), and log softmax(logits).
+    logits [B, T, V], targets [B, T]"""
+    return next_token_loss(logits, targets), log_softmax(logits)
 
 
 def cross_entropy_backward(logits, targets):
@@ -224,7 +206,7 @@ def cross_entropy_backward(logits, targets):
 ROWS = 8  # logits rows at a time: 8 x 50257 floats (1.6 MB) stay in the cache through every step
 
 
-def cross_entropy_in_place(logits, targets):
+def cross_entropy_fast(logits, targets):
     """cross_entropy and cross_entropy_backward in one pass, for the hot path: logits [N, V]
     is overwritten with d loss / d logits, ROWS rows at a time, each one's max, exp, sum and
     scale done while it is in the cache, and the rows shared among the cores (each pass over
@@ -256,25 +238,49 @@ def head_backward(xf, wte, targets, buffers=None):
     x = xf.reshape(-1, xf.shape[-1])  # [N, C]
     logits = reused(buffers, "logits", (len(x), len(wte)), x.dtype)
     np.matmul(x, wte.T, out=logits)
-    loss = cross_entropy_in_place(logits, targets.reshape(-1))  # logits is now dlogits
+    loss = cross_entropy_fast(logits, targets.reshape(-1))  # logits is now dlogits
     dwte = np.matmul(logits.T, x, out=reused(buffers, "dwte", wte.shape, x.dtype))
     return loss, (logits @ wte).reshape(xf.shape), dwte
 
 
-def loss_and_grads(ids, targets, params, n_head, p_drop=0.0, rng=None, buffers=None):
+def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, n_head, dy, p_drop=0.0, eps=LAYER_NORM_EPS):
+    """x + mha(ln_1(x)), then + ffn(ln_2(x)), backwards: each residual passes dy straight through
+    and adds what flows back through its branch (and through its dropout, if any).
+    dy [B, T, C] -> dx [B, T, C], grads"""
+    dln2, mlp_grads = ffn_backward(kept["ln_2"], kept["mlp.c_fc"], kept["mlp.gelu"], mlp["c_fc"], mlp["c_proj"],
+                                   dropout_backward(kept.get("mlp.out.mask"), p_drop, dy))
+    dmid, dg2, db2 = layer_norm_backward(kept["resid_mid"], ln_2["g"], dln2, eps)
+    dmid = dmid + dy
+    dln1, attn_grads = mha_backward(kept, attn["c_attn"], attn["c_proj"], n_head,
+                                    dropout_backward(kept.get("attn.out.mask"), p_drop, dmid), p_drop)
+    dx, dg1, db1 = layer_norm_backward(kept["resid_pre"], ln_1["g"], dln1, eps)
+    return dx + dmid, {"ln_1": {"g": dg1, "b": db1}, "attn": attn_grads, "ln_2": {"g": dg2, "b": db2},
+                       "mlp": mlp_grads}
+
+
+def embedding_backward(ids, dx, dwte, dwpe):
+    """x = wte[ids] + wpe[positions] backwards, added into dwte [V, C] and dwpe [n_ctx, C]:
+    dwte[v] += Σ dx over the positions holding token v,  dwpe[t] += Σ dx[:, t] over the batch.
+    ids [B, T], dx [B, T, C]"""
+    np.add.at(dwte, ids.reshape(-1), dx.reshape(-1, dx.shape[-1]))  # a token seen twice adds twice
+    dwpe[:ids.shape[1]] += dx.sum(axis=0)
+
+
+def loss_and_grads(ids, targets, params, n_head, p_drop=0.0, rng=None, buffers=None, eps=LAYER_NORM_EPS):
     """Mean cross-entropy of targets [B, T] given ids [B, T], and d loss / d every parameter.
     loss = -mean log softmax(logits)[target];  d loss / d logits = (softmax(logits) - onehot) / (B·T)
     The head is wte again, so wte's gradient adds two parts: the logits' (dlogitsᵀ x) and the gather's.
     p_drop, rng: dropout. buffers: a dict kept between calls (the training loop's), whose arrays are
-    reused; the returned grads["wte"] is one of them, good until the next call."""
-    ids, targets = np.asarray(ids), np.asarray(targets)
-    kept, top = training_forward(ids, params, n_head, p_drop, rng)
+    reused; the returned grads["wte"] is one of them, good until the next call. eps: the layer norms'."""
+    ids, targets = checked_ids(ids, params), checked_ids(targets, params)
+    kept, top = training_forward(ids, params, n_head, p_drop, rng, eps)
     loss, dxf, dwte = head_backward(top["ln_f"], params["wte"], targets, buffers)
-    dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], dxf, params["ln_f"].get("eps", 1e-5))
+    dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], dxf, eps)
     grads = {"ln_f": {"g": dgf, "b": dbf}, "blocks": [None] * len(params["blocks"])}
     for i in reversed(range(len(params["blocks"]))):
-        dx, grads["blocks"][i] = block_backward(kept[i], **params["blocks"][i], n_head=n_head, dy=dx, p_drop=p_drop)
-    dx = dropout_backward(kept[0].get("resid_pre.keep"), p_drop, dx)  # the embeddings' dropout
+        dx, grads["blocks"][i] = transformer_block_backward(kept[i], **params["blocks"][i], n_head=n_head, dy=dx,
+                                                            p_drop=p_drop, eps=eps)
+    dx = dropout_backward(kept[0].get("resid_pre.mask"), p_drop, dx)  # the embeddings' dropout
     grads["wte"], grads["wpe"] = dwte, np.zeros_like(params["wpe"])
     embedding_backward(ids, dx, grads["wte"], grads["wpe"])  # wte's second part: the gather's
     return loss, grads

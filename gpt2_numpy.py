@@ -6,7 +6,7 @@ The file goes in the order the data flows:
   1. building blocks    gelu, softmax, layer_norm, linear, ffn
   2. attention          split_heads, attention_scores, attention, the KV cache, mha
   3. the model          transformer_block, gpt2_hidden, gpt2
-  4. generation         sampling controls, generate (streams tokens), score
+  4. generation         sampling controls, generate (streams tokens), the next-token loss, score
 and at the bottom the entry point, which hands over to plumbing/gpt2_cli.py.
 
 It needs NumPy and nothing else: finding, downloading and reading the weights is
@@ -30,7 +30,8 @@ import numpy as np
 
 from plumbing.errors import UserError  # a ValueError that the command line prints as one line (standard library only)
 
-ENDOFTEXT = 50256  # <|endoftext|>: separates documents; GPT-2 writes it when a text is done
+ENDOFTEXT_ID = 50256  # <|endoftext|>'s id in OpenAI's vocabulary; a vocabulary of its own has its own (encoder.eot)
+LAYER_NORM_EPS = 1e-5  # GPT-2's; a Hugging Face config may set another: hparams["layer_norm_epsilon"]
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)  # a Python float: see below
 GELU_CUBIC = 0.044715  # the weight of x³ in GELU's tanh approximation (Hendrycks & Gimpel, 2016)
 
@@ -51,13 +52,12 @@ def gelu(x):
     return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x ** 3)))
 
 
-def gelu_no_temporaries(x):
+def gelu_fast(x):
     """gelu(x), for the hot path. Since 0.5 (1 + tanh y) = 1 / (1 + exp(-2y)), GELU is also
     x / (1 + exp(-2y)),  y = x (a + b x²),  a = √(2/π), b = 0.044715 a:
-    one exp where gelu has a tanh (NumPy's float32 tanh costs twice its exp), computed in one
+    one exp where gelu has a tanh (NumPy's float32 tanh costs about twice its exp), computed in one
     new array updated in place (x is not changed): on a long prompt every temporary is another
-    trip to main memory. On [1021, 3072], 15 ms against 19 ms for the tanh form computed the same
-    way (NumPy 2.4, one core). A test holds it equal to gelu."""
+    trip to main memory (docs/performance.md has the times). A test holds it equal to gelu."""
     y = x * x
     y *= -2.0 * GELU_CUBIC * SQRT_2_OVER_PI
     y -= 2.0 * SQRT_2_OVER_PI
@@ -77,7 +77,7 @@ def softmax(x):
     return e
 
 
-def layer_norm(x, g, b, eps=1e-5):
+def layer_norm(x, g, b, eps=LAYER_NORM_EPS):
     """(x - mean) / √(var + eps) · g + b, over the last axis (C).   [..., C] -> [..., C]"""
     y = x - x.mean(axis=-1, keepdims=True)
     y /= np.sqrt((y * y).mean(axis=-1, keepdims=True) + eps)  # var = mean of (x - mean)²
@@ -96,7 +96,7 @@ def linear(x, w, b):
 def ffn(x, c_fc, c_proj, hook=no_hook):
     """The position-wise MLP: c_proj(gelu(c_fc(x))).   [B, T, C] -> [B, T, 4C] -> [B, T, C]"""
     h = hook("mlp.c_fc", linear(x, **c_fc))  # [B, T, 4C]
-    a = hook("mlp.gelu", gelu_no_temporaries(h))  # [B, T, 4C]
+    a = hook("mlp.gelu", gelu_fast(h))  # [B, T, 4C]
     return hook("mlp.out", linear(a, **c_proj))  # [B, T, C]
 
 
@@ -196,12 +196,14 @@ def mha(x, c_attn, c_proj, n_head, kv=None, hook=no_hook):
 # 3. The model
 # ============================================================================
 
-def transformer_block(x, ln_1, attn, ln_2, mlp, n_head, kv=None, hook=no_hook):
+def transformer_block(x, ln_1, attn, ln_2, mlp, n_head, kv=None, hook=no_hook, eps=LAYER_NORM_EPS):
     """Pre-LN residual block: x + mha(ln_1(x)), then x + ffn(ln_2(x)).   [B, T, C] -> [B, T, C]
-    It passes "resid_pre", "ln_1", "resid_mid", "ln_2", "resid_post" through hook, and hook on to mha and ffn."""
+    It passes "resid_pre", "ln_1", "resid_mid", "ln_2", "resid_post" through hook, and hook on to mha and ffn.
+    eps: the layer norms' (hparams' layer_norm_epsilon, where a config sets one)."""
     x = hook("resid_pre", x)
-    x = hook("resid_mid", x + mha(hook("ln_1", layer_norm(x, **ln_1)), **attn, n_head=n_head, kv=kv, hook=hook))
-    return hook("resid_post", x + ffn(hook("ln_2", layer_norm(x, **ln_2)), **mlp, hook=hook))
+    x = hook("resid_mid", x + mha(hook("ln_1", layer_norm(x, **ln_1, eps=eps)), **attn, n_head=n_head, kv=kv,
+                                  hook=hook))
+    return hook("resid_post", x + ffn(hook("ln_2", layer_norm(x, **ln_2, eps=eps)), **mlp, hook=hook))
 
 
 def block_hook(hook, i):
@@ -209,27 +211,44 @@ def block_hook(hook, i):
     return no_hook if hook is no_hook else lambda name, x: hook(f"h{i}.{name}", x)
 
 
-def gpt2_hidden(ids, params, n_head, kv_cache=None, last_only=False, hook=no_hook):
+def gpt2_hidden(ids, params, n_head, kv_cache=None, last_only=False, hook=no_hook, eps=LAYER_NORM_EPS):
     """The model up to its output layer: embeddings, blocks, ln_f.   ids [B, T] -> [B, T, C]
-    gpt2() below adds the output layer; training (train.py) writes the logits into a buffer of its own."""
+    gpt2() below adds the output layer; training (backward.py) writes the logits into a buffer of its own.
+    The ids are checked where they come in (gpt2, generate, loss_and_grads), not here."""
     start = kv_cache[0]["n"] if kv_cache else 0
-    check_ids(ids, params["wte"].shape[0], start + ids.shape[1], params["wpe"].shape[0])
     x = hook("wte", params["wte"][ids]) + hook("wpe", params["wpe"][start:start + ids.shape[1]])  # [B, T, C]
     for i, (block, kv) in enumerate(zip(params["blocks"], kv_cache or [None] * len(params["blocks"]))):
-        x = transformer_block(x, **block, n_head=n_head, kv=kv, hook=block_hook(hook, i))
-    return hook("ln_f", layer_norm(x[:, -1:] if last_only else x, **params["ln_f"]))
+        x = transformer_block(x, **block, n_head=n_head, kv=kv, hook=block_hook(hook, i), eps=eps)
+    return hook("ln_f", layer_norm(x[:, -1:] if last_only else x, **params["ln_f"], eps=eps))
 
 
-def gpt2(ids, params, n_head, kv_cache=None, last_only=False, hook=no_hook):
+def gpt2(ids, params, n_head, kv_cache=None, last_only=False, hook=no_hook, eps=LAYER_NORM_EPS):
     """Token ids -> next-token logits at each position.
     wte[ids] + wpe[positions] -> blocks -> ln_f -> x @ wteᵀ
-    ids [B, T] or [T] -> logits [B, T, V] or [T, V]; only the last position with last_only.
-    With a kv_cache, ids are the positions after those already cached."""
+    ids [B, T] -> logits [B, T, V]; only the last position with last_only. One sequence, ids [T],
+    is taken as a batch of one and gives [T, V]. With a kv_cache, ids are the positions after those
+    already cached. eps: the layer norms' (layer_norm_eps(hparams))."""
+    ids = checked_ids(ids, params, kv_cache[0]["n"] if kv_cache else 0)
+    if ids.ndim == 1:  # one sequence: the caller's shorthand, as a batch of one
+        return gpt2(ids[None], params, n_head, kv_cache, last_only, hook, eps)[0]
+    x = gpt2_hidden(ids, params, n_head, kv_cache, last_only, hook, eps)  # [B, T, C]
+    return x @ params["wte"].T  # [B, T, V]: the output layer is the embedding, transposed
+
+
+def layer_norm_eps(hparams):
+    """The layer norms' eps: a Hugging Face config may set its own (layer_norm_epsilon); GPT-2's is 1e-5."""
+    return hparams.get("layer_norm_epsilon", LAYER_NORM_EPS)
+
+
+def checked_ids(ids, params, start=0):
+    """ids as an integer array [B, T] or [T], each a token of the vocabulary, fitting the context
+    after `start` positions: clear errors for what NumPy would get wrong quietly (negative ids wrap)."""
     check_not_text(ids)
     ids = np.asarray(ids)
-    x = gpt2_hidden(ids.reshape(1, -1) if ids.ndim == 1 else ids, params, n_head, kv_cache, last_only, hook)
-    logits = x @ params["wte"].T  # [B, T, V]: the output layer is the embedding, transposed
-    return logits[0] if ids.ndim == 1 else logits
+    if ids.ndim not in (1, 2):
+        raise UserError(f"token ids must be [B, T] (or one sequence, [T]), got shape {ids.shape}")
+    check_ids(ids, params["wte"].shape[0], start + ids.shape[-1], params["wpe"].shape[0])
+    return ids
 
 
 def check_not_text(ids):
@@ -313,36 +332,50 @@ def check_sampling(n_tokens, temperature, top_k, top_p, n_samples):
 
 
 def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top_p=1.0, seed=None,
-             n_samples=1, stop=ENDOFTEXT, hook=no_hook, watch=None):
-    """Yield the next token of every sample, one step at a time: arrays [n_samples].
+             n_samples=1, stop=None, hook=no_hook, watch=None):
+    """Check the request now, then return the steps: a generator that yields the next token of
+    every sample, one step at a time, as arrays [n_samples].
 
     The prompt goes through the model once (filling the KV cache); then each step
-    feeds only the newest token. The samples run as one batch. A sample that has
-    produced `stop` (None: never stop) keeps yielding it; the loop ends when all have.
-    An empty prompt starts from `stop`, <|endoftext|>, as OpenAI's unconditional sampler does
-    (a vocabulary of its own has its own id for it: encoder.eot).
-    hook: see the top of the file; watch(logits [n_samples, V]) sees each step's logits."""
+    feeds only the newest token. The samples run as one batch. stop: the id that ends a
+    text, the vocabulary's <|endoftext|> (encoder.eot; None: never stop). A sample that has
+    produced it keeps yielding it; the loop ends when all have. An empty prompt starts
+    from `stop`, as OpenAI's unconditional sampler starts from <|endoftext|>.
+    hook: see the top of the file; watch(logits [n_samples, V]) sees each step's logits.
+    Every argument is checked here, at the call: a mistake raises before any step is taken."""
     check_not_text(ids)
     check_sampling(n_tokens, temperature, top_k, top_p, n_samples)
-    ids = list(ids) or [ENDOFTEXT if stop is None else stop]
+    ids = list(ids)
+    if not ids and stop is None:
+        raise UserError("an empty prompt starts from the stop token, <|endoftext|>: give its id as stop "
+                        "(encoder.eot), or a prompt")
+    ids = ids or [stop]
     if len(ids) + n_tokens > hparams["n_ctx"]:
         raise UserError(f"the prompt's {len(ids)} tokens plus {n_tokens} new ones exceed "
                         f"the context of {hparams['n_ctx']} tokens")
-    rng = np.random.default_rng(seed)
-    kv_cache = new_kv_cache(hparams, n_samples, len(ids) + n_tokens)
-    batch = np.tile(np.asarray(ids, dtype=np.int64), (n_samples, 1))  # [B, T]
-    logits = gpt2(batch, params, hparams["n_head"], kv_cache, last_only=True, hook=hook)[:, -1]  # [B, V]
-    done = np.zeros(n_samples, dtype=bool)
+    prompt = checked_ids(ids, params)
+    if prompt.ndim != 1:
+        raise UserError(f"the prompt must be one sequence of ids [T], got shape {prompt.shape}")
+    batch = np.tile(prompt.astype(np.int64, copy=False), (n_samples, 1))  # [B, T]
+    return generate_steps(batch, params, hparams, n_tokens, np.random.default_rng(seed),
+                          dict(temperature=temperature, top_k=top_k, top_p=top_p), stop, hook, watch)
+
+
+def generate_steps(batch, params, hparams, n_tokens, rng, sampling, stop, hook, watch):
+    """generate's loop, on a checked prompt batch [B, T]: prefill, then one token a step."""
+    n_head, eps = hparams["n_head"], layer_norm_eps(hparams)
+    kv_cache = new_kv_cache(hparams, len(batch), batch.shape[1] + n_tokens)
+    logits = gpt2(batch, params, n_head, kv_cache, last_only=True, hook=hook, eps=eps)[:, -1]  # [B, V]
+    done = np.zeros(len(batch), dtype=bool)
     for step in range(n_tokens):
         if watch:
             watch(logits)
-        next_ids = np.where(done, stop if stop is not None else 0,
-                            sample_next(logits, rng, temperature, top_k, top_p))  # [B]
+        next_ids = np.where(done, stop if stop is not None else 0, sample_next(logits, rng, **sampling))  # [B]
         yield next_ids
         done |= next_ids == stop
         if done.all() or step == n_tokens - 1:
             return
-        logits = gpt2(next_ids[:, None], params, hparams["n_head"], kv_cache, last_only=True, hook=hook)[:, -1]
+        logits = gpt2(next_ids[:, None], params, n_head, kv_cache, last_only=True, hook=hook, eps=eps)[:, -1]
 
 
 def log_softmax(x):
@@ -351,18 +384,30 @@ def log_softmax(x):
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
+def token_logprobs(logits, targets):
+    """log p(target) at each position: log softmax(logits)[target].   logits [..., V], targets [...] -> [...]"""
+    return np.take_along_axis(log_softmax(logits), np.asarray(targets)[..., None], -1)[..., 0]
+
+
+def next_token_loss(logits, targets):
+    """The mean next-token negative log-likelihood, in nats per token: -mean log p(target).
+    logits [..., V], targets [...] -> a float. What training lowers, and what scoring reports."""
+    return float(-token_logprobs(logits, targets).mean())
+
+
 def score(ids, params, hparams):
     """How likely the model finds a text.   ids [T] -> (logprobs [T-1], loss, perplexity)
     logprobs[i] = log p(ids[i+1] | ids[:i+1]): the first token has no prediction.
-    loss = mean of -logprobs (nats per token); perplexity = exp(loss)."""
+    loss = next_token_loss (nats per token); perplexity = exp(loss)."""
     check_not_text(ids)
     ids = np.asarray(ids)
     if ids.ndim != 1 or len(ids) < 2:
         raise UserError("scoring needs at least 2 tokens: the first one is only context")
-    logprobs = log_softmax(gpt2(ids[:-1], params, hparams["n_head"]))  # [T-1, V]
-    token_logprobs = logprobs[np.arange(len(ids) - 1), ids[1:]]  # [T-1]
-    loss = float(-token_logprobs.mean())
-    return token_logprobs, loss, math.exp(loss)
+    check_ids(ids, params["wte"].shape[0], len(ids) - 1, params["wpe"].shape[0])  # the last token is only predicted
+    logits = gpt2(ids[None, :-1], params, hparams["n_head"], eps=layer_norm_eps(hparams))[0]  # [T-1, V]
+    logprobs = token_logprobs(logits, ids[1:])  # [T-1]
+    loss = float(-logprobs.mean())  # next_token_loss(logits, ids[1:]), without computing the logprobs again
+    return logprobs, loss, math.exp(loss)
 
 
 if __name__ == "__main__":

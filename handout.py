@@ -10,7 +10,7 @@ exercise's tests, in the copy, with the README's one command:
 
     python -m pytest -q -k NAME
 
-Where the program calls a faster twin of a chosen function (TWINS below: gelu_no_temporaries
+Where the program calls a faster twin of a chosen function (TWINS below: gelu_fast
 for gelu, merge_fast for merge, ...), the twin's body becomes a call to the student's
 function, so the program runs what the student wrote. `python handout.py` says which
 exercises each program needs done before it runs.
@@ -66,7 +66,7 @@ EXERCISES = {
     10: ("reading a checkpoint",
          [("plumbing/checkpoint.py", "read_varint", "test_read_varint"),
           ("plumbing/checkpoint.py", "read_footer", "test_footer_has_the_magic_and_two_handles")], [], "generate"),
-    11: ("CRC-32C", [("plumbing/crc32c.py", "crc32c_by_bits", "test_crc32c_definition_gives_the_known_answers")], [],
+    11: ("CRC-32C", [("plumbing/crc32c.py", "crc32c", "test_crc32c_definition_gives_the_known_answers")], [],
          "generate"),
     12: ("the transformer block", [("gpt2_numpy.py", "transformer_block", "test_every_stage_matches_hugging_face")],
          ["test_the_block_passes_each_activation_through_its_hook"], "generate"),
@@ -116,14 +116,14 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The
 # program then runs what the student wrote: slower, but exactly that.
 TWINS = {
-    ("gpt2_numpy.py", "gelu_no_temporaries"): (("gelu",), "return gelu(x)"),
+    ("gpt2_numpy.py", "gelu_fast"): (("gelu",), "return gelu(x)"),
     ("bpe.py", "merge_fast"): (("merge_once", "merge"), "return self.merge(ids)"),
     ("bpe.py", "train_merges_fast"): (("pair_counts", "merge_pair", "learn_merge"),
                                       "return train_merges(text, n_merges, on_merge)"),
-    ("plumbing/crc32c.py", "crc32c"): (("crc32c_by_bits",),
-                              "return crc32c_by_bits(data.tobytes() if isinstance(data, np.ndarray) else data)"),
-    ("backward.py", "gelu_backward_no_temporaries"): (("gelu_backward",), "return gelu_backward(x, dy)"),
-    ("backward.py", "cross_entropy_in_place"): (
+    ("plumbing/crc32c.py", "crc32c_fast"): (("crc32c",),
+                              "return crc32c(data.tobytes() if isinstance(data, np.ndarray) else data)"),
+    ("backward.py", "gelu_backward_fast"): (("gelu_backward",), "return gelu_backward(x, dy)"),
+    ("backward.py", "cross_entropy_fast"): (
         ("cross_entropy", "cross_entropy_backward"),
         "loss = cross_entropy(logits, targets)[0]\nlogits[...] = cross_entropy_backward(logits, targets)\nreturn loss"),
     ("optimizer.py", "adamw_step_fast"): (

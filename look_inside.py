@@ -26,12 +26,12 @@ These are the raw checkpoint's activations. TransformerLens's `from_pretrained` 
 default folds each LayerNorm's gain into the next weights and centres the unembedding,
 which changes these numbers; its `from_pretrained_no_processing` gives the raw ones.
 """
-import os
-
 import numpy as np
 
-from gpt2_numpy import gpt2, layer_norm, log_softmax, softmax
+from gpt2_numpy import gpt2, layer_norm, layer_norm_eps, log_softmax, next_token_loss, token_logprobs
 from plumbing.errors import UserError
+from plumbing.memory import available_memory, check_fits
+from plumbing.shapes import block_index
 
 BLOCK_STAGES = {  # inside block i: ours -> (TransformerLens's name, its shape as shown here)
     "resid_pre": ("hook_resid_pre", "BTC"), "ln_1": ("ln1.hook_normalized", "BTC"),
@@ -44,12 +44,11 @@ OUTSIDE_NAMES = {"wte": "hook_embed", "wpe": "hook_pos_embed", "ln_f": "ln_final
 HEADS_SECOND = {s for s, (_, layout) in BLOCK_STAGES.items() if layout == "BTHD"}  # the model has them [B, H, T, D]
 
 
-def lens_name(name):
+def transformer_lens_name(name):
     """The model's name for an activation -> TransformerLens's: h3.attn.weights -> blocks.3.attn.hook_pattern"""
     if name in OUTSIDE_NAMES:
         return OUTSIDE_NAMES[name]
-    block, stage = name.split(".", 1)
-    return f"blocks.{block[1:]}.{BLOCK_STAGES[stage][0]}"
+    return f"blocks.{block_index(name)}.{BLOCK_STAGES[name.split('.', 1)[1]][0]}"
 
 
 def shown(name, x):
@@ -73,24 +72,17 @@ def activation_shapes(hparams, batch, n_tokens):
     per_stage = {stage: tuple(size[letter] for letter in layout) for stage, (_, layout) in BLOCK_STAGES.items()}
     shapes = {"hook_embed": (B, T, C), "hook_pos_embed": (1, T, C)}
     for i in range(hparams["n_layer"]):
-        shapes.update({lens_name(f"h{i}.{stage}"): shape for stage, shape in per_stage.items()})
+        shapes.update({transformer_lens_name(f"h{i}.{stage}"): shape for stage, shape in per_stage.items()})
     shapes["ln_final.hook_normalized"] = (B, T, C)
     return shapes
 
 
-def available_memory():
-    """Bytes the OS can still give us without swapping (MemAvailable), or None if it won't say."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+def check_names(names, known):
+    """Every name must be an activation's (known: activation_shapes'): one clear error for the first that is not."""
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UserError(f"no activation is called {unknown[0]!r}: names look like blocks.0.attn.hook_pattern "
+                        "(see look_inside.activation_shapes)")
 
 
 def name_filter(names, known):
@@ -100,10 +92,7 @@ def name_filter(names, known):
     if callable(names):
         return names
     names = [names] if isinstance(names, str) else list(names)
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise UserError(f"no activation is called {unknown[0]!r}: names look like blocks.0.attn.hook_pattern "
-                        "(see look_inside.activation_shapes)")
+    check_names(names, known)
     return set(names).__contains__
 
 
@@ -117,20 +106,18 @@ def run_with_cache(ids, params, hparams, names=None, memory=None):
     shapes = activation_shapes(hparams, *ids.shape)
     wanted = name_filter(names, shapes)
     need = 4 * sum(int(np.prod(shape)) for name, shape in shapes.items() if wanted(name))
-    memory = available_memory() if memory is None else memory
-    if memory is not None and need > memory:
-        raise UserError(f"caching these activations for {ids.shape[0]} x {ids.shape[1]} tokens needs "
-                        f"{need / 1e9:.1f} GB, but {memory / 1e9:.1f} GB are free: keep fewer (names=...) "
-                        "or use fewer tokens")
+    check_fits(need, available_memory() if memory is None else memory,
+               f"caching these activations for {ids.shape[0]} x {ids.shape[1]} tokens",
+               "keep fewer (names=...) or use fewer tokens")
     cache = {}
 
-    def keep(name, x):
-        tl = lens_name(name)
+    def record(name, x):
+        tl = transformer_lens_name(name)
         if wanted(tl):
             cache[tl] = shown(name, x)
         return x
 
-    return gpt2(ids, params, hparams["n_head"], hook=keep), cache
+    return gpt2(ids, params, hparams["n_head"], hook=record, eps=layer_norm_eps(hparams)), cache
 
 
 def model_hook(hooks):
@@ -143,7 +130,7 @@ def model_hook(hooks):
         raise UserError(f"the hook for {unknown[0]!r} is not a function", arg="hooks")
 
     def hook(name, x):
-        tl = lens_name(name)
+        tl = transformer_lens_name(name)
         fn = hooks.get(tl)
         if fn is None:
             return x
@@ -157,14 +144,8 @@ def run_with_hooks(ids, params, hparams, hooks):
     """The forward pass with activations changed by hooks ({name: fn(activation, name)}): -> logits.
     For ablation (fn returns zeros, or a mean) and patching (fn returns another run's activation)."""
     ids = np.atleast_2d(np.asarray(ids))
-    check_hook_names(hooks, activation_shapes(hparams, *ids.shape))
-    return gpt2(ids, params, hparams["n_head"], hook=model_hook(hooks))
-
-
-def check_hook_names(hooks, known):
-    unknown = [n for n in hooks if n not in known]
-    if unknown:
-        raise UserError(f"no activation is called {unknown[0]!r}: names look like blocks.0.attn.hook_z")
+    check_names(hooks, activation_shapes(hparams, *ids.shape))
+    return gpt2(ids, params, hparams["n_head"], hook=model_hook(hooks), eps=layer_norm_eps(hparams))
 
 
 def trace(ids, params, hparams, blocks=None):
@@ -182,41 +163,45 @@ def trace(ids, params, hparams, blocks=None):
 # The logit lens, and the next-token table
 # ----------------------------------------------------------------------------
 
-def residual_stream(cache, n_layer):
-    """The residual stream as it leaves each layer: the embedding, then each block's output.
-    -> [L + 1, B, T, C]"""
-    return np.stack([cache["blocks.0.hook_resid_pre"]] +
-                    [cache[f"blocks.{i}.hook_resid_post"] for i in range(n_layer)])
+def lens_layers(n_layer):
+    """The layers the logit lens reads, listed once: the residual stream as it leaves each one,
+    the embedding, then each block's output. -> [(its label in tables and the page, its activation)]"""
+    return [("embed", "blocks.0.hook_resid_pre")] + [(f"h{i}", f"blocks.{i}.hook_resid_post") for i in range(n_layer)]
 
 
-def lens_names(n_layer):
-    """The activations the logit lens reads, one a layer (the embedding's, then each block's output)."""
-    return ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(n_layer)]
+def lens_activations(n_layer):
+    """The activations the logit lens reads, one a layer: blocks.0.hook_resid_pre, blocks.0.hook_resid_post, ..."""
+    return [name for _, name in lens_layers(n_layer)]
 
 
 def lens_labels(n_layer):
     """The lens's rows, as the tables and the page show them: embed, h0, h1, ..."""
-    return ["embed"] + [f"h{i}" for i in range(n_layer)]
+    return [label for label, _ in lens_layers(n_layer)]
+
+
+def residual_stream(cache, n_layer):
+    """The residual stream as it leaves each layer (lens_layers), from run_with_cache's cache.   -> [L + 1, B, T, C]"""
+    return np.stack([cache[name] for name in lens_activations(n_layer)])
 
 
 def logit_lens(ids, params, hparams, target=None, run=None):
     """What each layer would predict if the model stopped there: ln_f(resid) @ wteᵀ at the
     embedding and after each block, at every position.
     target [B, T] (default: the model's own final prediction at each position).
-    run: (logits, cache) of run_with_cache on these ids, holding lens_names(L), to read instead of
+    run: (logits, cache) of run_with_cache on these ids, holding lens_activations(L), to read instead of
     running the model again.
     -> {"top" [L+1, B, T] ids, "top_prob", "target" [B, T], "target_prob", "target_rank" [L+1, B, T]}
     The last layer's lens is the model's logits."""
-    logits, cache = run or run_with_cache(ids, params, hparams, names=lens_names(hparams["n_layer"]))
+    logits, cache = run or run_with_cache(ids, params, hparams, names=lens_activations(hparams["n_layer"]))
     target = logits.argmax(-1) if target is None else np.asarray(target).reshape(logits.shape[:2])
     out = {k: [] for k in ("top", "top_prob", "target_prob", "target_rank")}
     for resid in residual_stream(cache, hparams["n_layer"]):
-        lens = layer_norm(resid, **params["ln_f"]) @ params["wte"].T  # [B, T, V]
-        probs = softmax(lens)
+        lens = layer_norm(resid, **params["ln_f"], eps=layer_norm_eps(hparams)) @ params["wte"].T  # [B, T, V]
+        top = lens.argmax(-1)  # [B, T]
         target_logit = np.take_along_axis(lens, target[..., None], -1)  # [B, T, 1]
-        out["top"].append(lens.argmax(-1))
-        out["top_prob"].append(probs.max(-1))
-        out["target_prob"].append(np.take_along_axis(probs, target[..., None], -1)[..., 0])
+        out["top"].append(top)
+        out["top_prob"].append(np.exp(token_logprobs(lens, top)))
+        out["target_prob"].append(np.exp(token_logprobs(lens, target)))
         out["target_rank"].append((lens > target_logit).sum(-1))  # 0: the target is the top token
     return {"target": target, **{k: np.stack(v) for k, v in out.items()}}
 
@@ -279,6 +264,4 @@ def zero_ablate_head(head):
 def loss(ids, params, hparams, hooks=None):
     """The mean next-token loss (nats) of ids [B, T] with these hooks (none: the plain model)."""
     ids = np.atleast_2d(np.asarray(ids))
-    logits = run_with_hooks(ids, params, hparams, hooks or {})
-    logprobs = log_softmax(logits[:, :-1])
-    return float(-np.take_along_axis(logprobs, ids[:, 1:, None], -1).mean())
+    return next_token_loss(run_with_hooks(ids, params, hparams, hooks or {})[:, :-1], ids[:, 1:])

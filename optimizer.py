@@ -91,7 +91,7 @@ def learning_rate(step, max_lr, warmup, total, min_lr=0.0):
 # 3. The hot path's AdamW
 # ============================================================================
 
-def adamw_update_in_place(p, grad, m, v, tmp, lr, decay, beta1, beta2, eps, correction1, correction2):
+def adamw_update_fast(p, grad, m, v, tmp, lr, decay, beta1, beta2, eps, correction1, correction2):
     """adamw_update, rearranged so that nothing larger than tmp (scratch of p's shape) is made:
     p ← p (1 - lr·λ) - (lr / (1 - β1ᵗ)) · m / (√v / √(1 - β2ᵗ) + ε), the moments as before.
     decay: lr·λ (0 for biases and gains); correction1, correction2: 1 - β1ᵗ, 1 - β2ᵗ."""
@@ -134,6 +134,6 @@ def adamw_step_fast(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, 
         for p, grad, m, v, settings in share:
             if grad_scale != 1.0:
                 grad = np.multiply(grad, grad_scale, out=scaled[:p.size])
-            adamw_update_in_place(p, grad, m, v, tmp[:p.size], *settings)
+            adamw_update_fast(p, grad, m, v, tmp[:p.size], *settings)
 
     shared_among_cores(work, jobs)

@@ -23,14 +23,15 @@ import time
 
 import numpy as np
 
-from backward import cross_entropy, loss_and_grads
-from gpt2_numpy import generate, gpt2
+from backward import loss_and_grads
+from gpt2_numpy import generate, gpt2, next_token_loss
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate, new_adamw_state
 import parameters
 from plumbing import shapes
 from plumbing.checkpoint import check_writable, write_checkpoint
 from plumbing.errors import UserError, fail, given_flags, read_json, read_text
 from plumbing.folders import check_new_folder
+from plumbing.memory import available_memory, check_fits
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "data", "tinyshakespeare.txt")  # --from-scratch's text when no --data is given
@@ -105,11 +106,9 @@ def check_memory(hparams, batch_size, context, free):
     """Refuse, before anything is allocated, a run that cannot fit (1558M cannot, in 24 GB)."""
     if context > hparams["n_ctx"]:
         raise UserError(f"--context {context} is longer than the model's {hparams['n_ctx']} positions")
-    need = memory_needed(hparams, batch_size, context)
-    if free is not None and need > free:
-        raise UserError(f"training this model at --batch-size {batch_size} --context {context} needs about "
-                        f"{need / 1e9:.1f} GB (16 bytes a parameter, plus activations), but {free / 1e9:.1f} GB "
-                        "are free: use a smaller model, batch or context")
+    check_fits(memory_needed(hparams, batch_size, context), free, f"training this model at --batch-size "
+               f"{batch_size} --context {context} (16 bytes a parameter, plus activations)",
+               "use a smaller model, batch or context")
 
 
 # ============================================================================
@@ -117,13 +116,12 @@ def check_memory(hparams, batch_size, context, free):
 # ============================================================================
 
 def trainable(params):
-    """A writable float32 copy of params (the loaded ones are read-only views into the file);
-    anything that is not an array (a layer norm's eps) is kept as it is."""
+    """A writable float32 copy of params (the loaded ones are read-only views into the file)."""
     if isinstance(params, dict):
         return {k: trainable(v) for k, v in params.items()}
     if isinstance(params, list):
         return [trainable(v) for v in params]
-    return np.array(params, dtype=np.float32) if hasattr(params, "shape") else params
+    return np.array(params, dtype=np.float32)
 
 
 def accumulate(total, grads):
@@ -177,7 +175,7 @@ def validation_loss(params, n_head, val_ids, context, batches=4, batch_size=4):
     losses = []
     for _ in range(batches):
         x, y = batch(val_ids, batch_size, context, rng)
-        losses.append(cross_entropy(gpt2(x, params, n_head), y)[0])
+        losses.append(next_token_loss(gpt2(x, params, n_head), y))
     return float(np.mean(losses))
 
 
@@ -339,7 +337,6 @@ def from_scratch(args, vocab_dir):
     """A new model: its vocabulary (--tokenizer's, or learned from the training text into vocab_dir),
     GPT-2's initialisation, and the text's ids. -> (vocabulary folder, hparams, params, train ids, val ids)"""
     import bpe
-    import look_inside
     from initialise import init_params
 
     text = read_data(args.data or CORPUS)
@@ -358,7 +355,7 @@ def from_scratch(args, vocab_dir):
     hparams = {"n_vocab": encoder.n_vocab, "n_ctx": args.context, "n_embd": args.n_embd, "n_head": args.n_head,
                "n_layer": args.n_layer}
     train_ids, val_ids = text_ids(encoder, text, args.val_fraction, args.context)
-    check_memory(hparams, args.batch_size, args.context, look_inside.available_memory())
+    check_memory(hparams, args.batch_size, args.context, available_memory())
     print(parameter_table(hparams))  # even with --quiet: what is being trained
     return vocab_dir, hparams, init_params(hparams, args.seed), train_ids, val_ids
 
@@ -368,15 +365,14 @@ def from_a_model(args):
     --out. -> (its folder, hparams, trainable params, train ids, val ids)"""
     import bpe
     from plumbing import loading
-    import look_inside
 
     if args.model in shapes.SIZES and not args.resume:  # a released size: refuse before downloading it
-        check_memory(shapes.hparams(args.model), args.batch_size, args.context, look_inside.available_memory())
+        check_memory(shapes.hparams(args.model), args.batch_size, args.context, available_memory())
     text = read_data(args.data or CORPUS)
     folder = args.out if args.resume else loading.fetch_model(args.model, args.models_dir, quiet=args.quiet)
     hparams, params = loading.load_weights(folder)
     check_writable(hparams, args.out)  # before training, not at the first save
-    check_memory(hparams, args.batch_size, args.context, look_inside.available_memory())
+    check_memory(hparams, args.batch_size, args.context, available_memory())
     encoder = bpe.get_encoder(folder)
     if args.from_scratch:  # a resumed run from scratch: the same split as at its start
         train_ids, val_ids = text_ids(encoder, text, args.val_fraction, args.context)

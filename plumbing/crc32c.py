@@ -6,9 +6,9 @@ the coefficients, and the divisor is the Castagnoli polynomial (0x1EDC6F41; writ
 bit-reversed, 0x82F63B78, because the bits are fed lowest first). Python's
 zlib.crc32 uses another polynomial, so it gives other numbers.
 
-    crc32c_by_bits   the definition: 8 shifts a byte (~1 MB/s in Python)
+    crc32c           the definition: 8 shifts a byte (~1 MB/s in Python)
     crc32c_by_bytes  one table look-up a byte, the table made from the definition (~11 MB/s)
-    crc32c           65,536 lanes at once with NumPy, then folded into one (~400 MB/s)
+    crc32c_fast      65,536 lanes at once with NumPy, then folded into one (~400 MB/s)
 
 A test holds all three equal on every length; `masked_crc32c` is the form TensorFlow stores.
 """
@@ -19,10 +19,10 @@ import numpy as np
 POLYNOMIAL = 0x82F63B78  # Castagnoli's, bit-reversed
 
 
-def crc32c_by_bits(data):
+def crc32c(data):
     """The definition. The register starts all ones; each bit of each byte (lowest first)
     is shifted in, and when a 1 falls out the polynomial is subtracted (XOR in GF(2));
-    the result is inverted. crc32c_by_bits(b"123456789") == 0xE3069283, the standard check."""
+    the result is inverted. crc32c(b"123456789") == 0xE3069283, the standard check."""
     crc = 0xFFFFFFFF
     for byte in bytes(data):
         crc ^= byte
@@ -32,7 +32,7 @@ def crc32c_by_bits(data):
 
 
 def byte_table():
-    """TABLE[i]: what the 8 shifts of crc32c_by_bits do to a register whose low byte is i
+    """TABLE[i]: what the 8 shifts of crc32c do to a register whose low byte is i
     (and the rest zero). Because a CRC is linear, a whole byte is then one look-up."""
     c = np.arange(256, dtype=np.uint32)
     for _ in range(8):
@@ -52,7 +52,7 @@ def update_by_bytes(state, data):
 
 
 def crc32c_by_bytes(data):
-    """CRC-32C, a byte at a time: the same result as crc32c_by_bits."""
+    """CRC-32C, a byte at a time: the same result as crc32c."""
     return update_by_bytes(0xFFFFFFFF, data) ^ 0xFFFFFFFF
 
 
@@ -118,8 +118,8 @@ def update(state, data):
     return update(state, data[length:])
 
 
-def crc32c(data):
-    """CRC-32C of a bytes-like object or an array (over its bytes): crc32c_by_bits, fast."""
+def crc32c_fast(data):
+    """CRC-32C of a bytes-like object or an array (over its bytes): crc32c, fast."""
     data = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
     return update(0xFFFFFFFF, data.reshape(-1).view(np.uint8)) ^ 0xFFFFFFFF
 
@@ -127,5 +127,5 @@ def crc32c(data):
 def masked_crc32c(data):
     """The form TensorFlow stores: rotate right by 15 bits, add a constant (mod 2^32).
     (A CRC of data that holds its own CRC is degenerate; the mask avoids that.)"""
-    c = crc32c(data)
+    c = crc32c_fast(data)
     return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF

@@ -185,14 +185,14 @@ def run_generate(args, encoder, hparams, params):
     steps = g.generate(prompt_ids, params, hparams, args.n_tokens, args.temperature, args.top_k, args.top_p,
                        args.seed, args.n_samples, stop, watch=watch if args.json and args.top else None)
     stream = args.n_samples == 1 and not args.json
+    if stream:  # generate has checked the settings: nothing was printed before a mistake
+        print(args.prompt, end="", flush=True)
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
     samples = [[] for _ in range(args.n_samples)]
     first_token_time = None
-    for next_ids in steps:  # the first step checks the settings: nothing is printed before it
+    for next_ids in steps:
         if first_token_time is None:
             first_token_time = time.perf_counter()
-            if stream:
-                sys.stdout.write(args.prompt)
         for sample, token in zip(samples, next_ids.tolist()):
             if not sample or sample[-1] != stop:
                 sample.append(token)
@@ -201,8 +201,6 @@ def run_generate(args, encoder, hparams, params):
             sys.stdout.flush()
     if first_token_time is None:  # no step at all (--n-tokens 0)
         first_token_time = time.perf_counter()
-        if stream:
-            sys.stdout.write(args.prompt)
     elapsed = time.perf_counter() - start
     finish = ["endoftext" if s and s[-1] == stop else "length" for s in samples]
     samples = [s[:-1] if f == "endoftext" else s for s, f in zip(samples, finish)]
@@ -307,7 +305,7 @@ def top_entries(encoder, probs, k):
 
 def run_top(args, encoder, hparams, params):
     ids = start_ids(args, encoder)
-    logits = g.gpt2(ids, params, hparams["n_head"], last_only=True)[-1]
+    logits = g.gpt2(ids, params, hparams["n_head"], last_only=True, eps=g.layer_norm_eps(hparams))[-1]
     top, probs, logprobs = look_inside.next_token_table(logits, args.top)
     print(f"after {plural(len(ids), 'token')}, ...{shown_token(encoder, ids[-1])!r}:")
     print(f"{'rank':>4}  {'token':<20}{'id':>7}{'prob':>10}{'log p':>10}")

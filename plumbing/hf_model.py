@@ -112,8 +112,4 @@ def load_hf_folder(folder):
     if head is not None and not (head.shape == flat["wte"].shape and np.array_equal(head, flat["wte"])):
         raise HubFolderError("lm_head.weight differs from wte: an untied output layer, which this project does not "
                              "implement (GPT-2 ties them)", path=folder)
-    params = shapes.nest(flat, hp["n_layer"])
-    if hp["layer_norm_epsilon"] != DEFAULT_EPS:  # layer_norm(x, g, b, eps): each norm carries its own
-        for norm in [params["ln_f"]] + [b[n] for b in params["blocks"] for n in ("ln_1", "ln_2")]:
-            norm["eps"] = hp["layer_norm_epsilon"]
-    return hp, params, converted
+    return hp, shapes.nest(flat, hp["n_layer"]), converted  # the layer norms' eps is in hp, a hyperparameter

@@ -53,7 +53,7 @@ def write_page(path, ids, encoder, params, hparams, title="GPT-2"):
     if estimate > MAX_BYTES:
         raise UserError(f"the page for {T} tokens would hold {estimate / 1e6:,.0f} MB of attention weights: "
                         "use a shorter prompt")
-    names = look_inside.lens_names(L) + [f"blocks.{i}.attn.hook_pattern" for i in range(L)]
+    names = look_inside.lens_activations(L) + [f"blocks.{i}.attn.hook_pattern" for i in range(L)]
     logits, cache = look_inside.run_with_cache([ids], params, hparams, names=names)  # the one forward pass
     patterns = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(L)])  # [L, H, T, T]
     lens = look_inside.logit_lens([ids], params, hparams, run=(logits, cache))

@@ -23,8 +23,8 @@ CORES = os.cpu_count() or 1
 CHUNK = 1 << 16  # floats: a chunk's arrays (AdamW's p, g, m, v and two scratch) stay in the cache
 
 # The other cores' workers, started once: a pool made at every call spends its time starting
-# threads and taking locks (a quarter of a small model's training step). The calling thread
-# does the first share itself.
+# threads and taking locks, a large share of a small model's training step (docs/performance.md).
+# The calling thread does the first share itself.
 POOL = concurrent.futures.ThreadPoolExecutor(max(1, CORES - 1), thread_name_prefix="gpt2-numpy-core")
 
 
@@ -40,8 +40,8 @@ def shared_among_cores(work, jobs):
 def in_chunks(rowwise, *arrays):
     """rowwise(*arrays) for arrays of one shape and a function that works on each row (the last
     axis) alone, element-wise ones included, computed a few rows (about CHUNK elements) at a
-    time on all the cores: each chunk's temporaries stay in the cache (on [256, 3072] that is
-    ~8x faster than one pass over the whole arrays per operation).   [..., N] -> [..., N]"""
+    time on all the cores: each chunk's temporaries stay in the cache, where one pass over the
+    whole arrays per operation would go to main memory each time.   [..., N] -> [..., N]"""
     n = arrays[0].shape[-1]
     rows = [a.reshape(-1, n) for a in arrays]
     out = np.empty_like(rows[0])

@@ -64,9 +64,9 @@ def nest(tensors, n_layer):
     params = {"blocks": [{} for _ in range(n_layer)]}
     for name, array in tensors.items():
         first, *path = name.split("/")
-        node, key = params, first
-        if first[0] == "h" and first[1:].isdigit():  # h3/attn/c_attn/w: block 3's attn -> c_attn -> w
-            node, key, path = params["blocks"][int(first[1:])], path[0], path[1:]
+        node, key, block = params, first, block_index(name)
+        if block is not None:  # h3/attn/c_attn/w: block 3's attn -> c_attn -> w
+            node, key, path = params["blocks"][block], path[0], path[1:]
         for part in path:  # walk down, making the dicts on the way: attn -> c_attn -> w
             node = node.setdefault(key, {})
             key = part
@@ -80,7 +80,7 @@ def flatten(params):
         if isinstance(node, dict):
             for key, child in node.items():
                 yield from walk(f"{prefix}{key}/", child)
-        elif hasattr(node, "shape"):  # an array (a layer norm's eps, a number, is no tensor)
+        else:
             yield prefix[:-1], node
 
     flat = {"wte": params["wte"], "wpe": params["wpe"]}
@@ -88,3 +88,10 @@ def flatten(params):
         flat.update(walk(f"h{i}/", block))
     flat.update(walk("ln_f/", params["ln_f"]))
     return flat
+
+
+def block_index(name):
+    """The block a tensor's or an activation's name is in: "h3/attn/c_attn/w" and "h3.attn.z" -> 3;
+    None for a name outside the blocks (wte, wpe, ln_f)."""
+    first = name.replace("/", ".").split(".", 1)[0]
+    return int(first[1:]) if first[:1] == "h" and first[1:].isdigit() else None

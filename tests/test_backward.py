@@ -51,10 +51,10 @@ def test_gelu_backward_by_finite_differences():
     check(backward.gelu_backward(x, w), lambda: (g.gelu(x) * w).sum(), x, "gelu_backward")
 
 
-def test_gelu_backward_no_temporaries_is_gelu_backward():
+def test_gelu_backward_fast_is_gelu_backward():
     x = np.random.default_rng(1).standard_normal((4, 7, 30), dtype=np.float32) * 3
     dy = np.random.default_rng(2).standard_normal((4, 7, 30), dtype=np.float32)
-    fast = backward.gelu_backward_no_temporaries(x, dy)
+    fast = backward.gelu_backward_fast(x, dy)
     assert fast.dtype == np.float32
     # against the plain form in float64: the two float32 forms round differently where the
     # derivative's terms cancel (|x| near 5), each within ~2e-6 of the exact value there
@@ -63,20 +63,20 @@ def test_gelu_backward_no_temporaries_is_gelu_backward():
     np.testing.assert_allclose(backward.gelu_backward(x, dy), exact, rtol=1e-5, atol=3e-6)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no overflow warning at the extremes; the limits are 0 and 1
-        ends = backward.gelu_backward_no_temporaries(np.float32([-1e4, 1e4]), np.float32([1.0, 1.0]))
+        ends = backward.gelu_backward_fast(np.float32([-1e4, 1e4]), np.float32([1.0, 1.0]))
     assert ends[0] == 0 and ends[1] == 1
 
 
 def test_dropout_keeps_the_mean_and_zeroes_about_p():
-    y, keep = backward.dropout(np.ones(200_000, np.float32), 0.1, np.random.default_rng(0))
+    y, keep = backward.apply_dropout(np.ones(200_000, np.float32), 0.1, np.random.default_rng(0))
     assert y.dtype == np.float32 and abs(keep.mean() - 0.9) < 0.005
     assert set(np.unique(y).tolist()) == {0.0, np.float32(1 / 0.9)} and abs(y.mean() - 1) < 0.01
 
 
 def test_dropout_backward_by_finite_differences():
     x, w = r64(3, 8, seed=40), r64(3, 8, seed=41)
-    _, keep = backward.dropout(x, 0.3, np.random.default_rng(42))
-    f = lambda: (backward.dropout(x, 0.3, np.random.default_rng(42))[0] * w).sum()  # noqa: E731
+    _, keep = backward.apply_dropout(x, 0.3, np.random.default_rng(42))
+    f = lambda: (backward.apply_dropout(x, 0.3, np.random.default_rng(42))[0] * w).sum()  # noqa: E731
     assert 0 < keep.sum() < keep.size
     check(backward.dropout_backward(keep, 0.3, w), f, x, "dropout_backward",
           [("dx = dy · keep / (1 - p_drop): the scale 1 / (1 - p_drop) is missing", lambda _: w * keep)])
@@ -159,18 +159,18 @@ def kept_of(x, block, n_head):
     return y, kept
 
 
-def test_ffn_and_block_backward_by_finite_differences():
+def test_ffn_and_transformer_block_backward_by_finite_differences():
     x, dy, block = r64(2, 4, 6, seed=20), r64(2, 4, 6, seed=21), block_params(30)
     _, kept = kept_of(x, block, 2)
-    dx, grads = backward.block_backward(kept, **block, n_head=2, dy=dy)
+    dx, grads = backward.transformer_block_backward(kept, **block, n_head=2, dy=dy)
     f = lambda: (g.transformer_block(x, **block, n_head=2) * dy).sum()  # noqa: E731
-    check(dx, f, x, "block_backward dx")
+    check(dx, f, x, "transformer_block_backward dx")
     for name in ("ln_1/g", "attn/c_attn/w", "attn/c_attn/b", "attn/c_proj/w", "ln_2/b", "mlp/c_fc/w", "mlp/c_proj/b"):
         *path, last = name.split("/")
         node, grad = block, grads
         for p in path:
             node, grad = node[p], grad[p]
-        check(grad[last], f, node[last], f"block_backward {name}")
+        check(grad[last], f, node[last], f"transformer_block_backward {name}")
 
 
 # --- the whole model against torch autograd -----------------------------------------------
@@ -249,7 +249,7 @@ def test_the_model_with_dropout_by_finite_differences(models):
                 "the attention weights' (attention_backward's keep and p_drop)")
 
 
-def test_cross_entropy_in_place_is_the_plain_loss_and_backward(monkeypatch):
+def test_cross_entropy_fast_is_the_plain_loss_and_backward(monkeypatch):
     monkeypatch.setattr(backward, "ROWS", 4)  # chunks cut short, shared among the cores
     rng = np.random.default_rng(5)
     logits = rng.standard_normal((3, 7, 50), dtype=np.float32) * 4
@@ -257,7 +257,7 @@ def test_cross_entropy_in_place_is_the_plain_loss_and_backward(monkeypatch):
     want_loss, _ = backward.cross_entropy(logits, targets)
     want = backward.cross_entropy_backward(logits, targets)
     work = logits.reshape(-1, 50).copy()
-    loss = backward.cross_entropy_in_place(work, targets.reshape(-1))
+    loss = backward.cross_entropy_fast(work, targets.reshape(-1))
     assert loss == pytest.approx(want_loss, rel=1e-6)
     np.testing.assert_allclose(work.reshape(want.shape), want, rtol=1e-5, atol=1e-8)
 

@@ -21,7 +21,7 @@ def reference_crc32c(data):
 
 @pytest.mark.parametrize("data, crc", KNOWN)
 def test_crc32c_definition_gives_the_known_answers(data, crc):
-    assert crc32c.crc32c_by_bits(data) == crc, f"crc32c_by_bits({data[:9]!r}...) should be {crc:#010x}"
+    assert crc32c.crc32c(data) == crc, f"crc32c({data[:9]!r}...) should be {crc:#010x}"
     assert reference_crc32c(data) == crc
 
 
@@ -38,14 +38,14 @@ def test_crc32c_matches_the_definition_at_every_length(n):
     data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
     want = reference_crc32c(data.tobytes())
     if n <= 16384 + 5:  # the bit-by-bit definition is slow
-        assert crc32c.crc32c_by_bits(data) == want
+        assert crc32c.crc32c(data) == want
     assert crc32c.crc32c_by_bytes(data) == want
-    assert crc32c.crc32c(data) == want
+    assert crc32c.crc32c_fast(data) == want
 
 
 def test_crc32c_of_a_float_array_is_over_its_bytes():
     x = np.arange(5000, dtype=np.float32)
-    assert crc32c.crc32c(x) == reference_crc32c(x.tobytes())
+    assert crc32c.crc32c_fast(x) == reference_crc32c(x.tobytes())
 
 
 def test_masked_crc32c():

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import DATA, checkpoint_dir
+from conftest import DATA, ROOT, checkpoint_dir
 import gpt2_numpy as g
 import look_inside as li
 from plumbing.checkpoint import load_checkpoint
@@ -64,7 +64,7 @@ def test_each_cached_stage_is_what_the_next_is_made_from(models):
     np.testing.assert_array_equal(c["blocks.0.attn.hook_pattern"], g.softmax(c["blocks.0.attn.hook_attn_scores"]))
     q, k, v = (c[f"blocks.0.attn.hook_{n}"].swapaxes(1, 2) for n in "qkv")
     np.testing.assert_allclose(c["blocks.0.attn.hook_z"].swapaxes(1, 2), g.attention(q, k, v), rtol=1e-6, atol=1e-7)
-    np.testing.assert_array_equal(c["blocks.0.mlp.hook_post"], g.gelu_no_temporaries(c["blocks.0.mlp.hook_pre"]))
+    np.testing.assert_array_equal(c["blocks.0.mlp.hook_post"], g.gelu_fast(c["blocks.0.mlp.hook_pre"]))
 
 
 def test_a_names_filter_keeps_only_what_is_asked(models):
@@ -279,3 +279,13 @@ def test_induction_and_previous_token_scores_on_the_models_cache(models):
     assert li.induction_targets(tokens).tolist() == [-1] * 10 + list(range(1, 11))  # position s looks at s - 9
     assert math.isclose(float(ind[2, 1]), float(np.mean([patterns[2, 1, s, s - 9] for s in range(10, 20)])),
                         rel_tol=1e-5)
+
+
+def test_the_memory_refusal_is_one_helper_that_train_and_the_cache_share():
+    from plumbing import memory
+    with pytest.raises(li.UserError, match=r"^caching it needs 2\.0 GB, but 1\.0 GB are free: keep less$"):
+        memory.check_fits(2e9, 1e9, "caching it", "keep less")
+    memory.check_fits(2e9, None, "caching it", "keep less")  # the OS would not say: go on
+    memory.check_fits(1e9, 1e9, "caching it", "keep less")
+    assert li.check_fits is memory.check_fits and li.available_memory is memory.available_memory
+    assert "import look_inside" not in open(os.path.join(ROOT, "train.py"), encoding="utf-8").read()

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import DATA, checkpoint_dir, rand
+from conftest import DATA, ROOT, checkpoint_dir, rand
 import gpt2_numpy as g
 import look_inside
 from plumbing.checkpoint import load_checkpoint
@@ -214,8 +214,8 @@ def test_generation_stops_at_the_stop_token(models):
 
 def test_an_empty_prompt_starts_from_endoftext(models):
     hp, params = models["tiny"]
-    first = next(g.generate([], params, hp, 1, temperature=0))
-    assert first[0] == g.gpt2([g.ENDOFTEXT], params, hp["n_head"])[-1].argmax()
+    first = next(g.generate([], params, hp, 1, temperature=0, stop=g.ENDOFTEXT_ID))
+    assert first[0] == g.gpt2([g.ENDOFTEXT_ID], params, hp["n_head"])[-1].argmax()
 
 
 def test_a_too_long_request_fails_before_any_work(models):
@@ -245,3 +245,66 @@ def test_score_needs_two_tokens(models):
 def test_log_softmax_matches_log_of_softmax():
     x = rand(3, 9, seed=31, scale=5)
     np.testing.assert_allclose(g.log_softmax(x), np.log(g.softmax(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_every_fast_twin_is_its_plain_functions_name_with_fast():
+    import ast
+    import handout
+    for (file, twin), _ in handout.TWINS.items():
+        with open(os.path.join(ROOT, file), encoding="utf-8") as f:
+            defined = {n.name for n in ast.walk(ast.parse(f.read())) if isinstance(n, ast.FunctionDef)}
+        assert twin.endswith("_fast"), f"{file}: the fast twin {twin} should be named <plain name>_fast"
+        assert twin in defined and twin[:-len("_fast")] in defined, f"{file}: {twin} and its plain form"
+
+
+@pytest.mark.parametrize("request_, message", [
+    (dict(ids=list(range(60)), n_tokens=5), "exceed the context of 64"),
+    (dict(ids=[464], temperature=-1.0), "must be >= 0"),
+    (dict(ids=[464, 50257]), "50257 is outside"),
+    (dict(ids=[]), "an empty prompt starts from the stop token"),
+    (dict(ids="Hello"), "not text"),
+])
+def test_generate_checks_its_arguments_when_it_is_called_not_at_the_first_step(models, request_, message):
+    hp, params = models["tiny"]
+    with pytest.raises((ValueError, TypeError), match=message):
+        g.generate(request_.pop("ids"), params, hp, **{"n_tokens": 5, **request_})  # no next(): the call raises
+
+
+def rigged_257_token_model():
+    """A random 257-token model (bytes and <|endoftext|> at 256, as bpe.py's trainer makes them) whose
+    every prediction is 256: ln_f gives wte[256] at every position, the row longest of all."""
+    import initialise
+    hp = {"n_vocab": 257, "n_ctx": 16, "n_embd": 8, "n_head": 2, "n_layer": 1}
+    params = initialise.init_params(hp, seed=0)
+    params["wte"][256] *= 2 * np.linalg.norm(params["wte"], axis=1).max() / np.linalg.norm(params["wte"][256])
+    params["ln_f"] = {"g": np.zeros(8, np.float32), "b": params["wte"][256].copy()}
+    return hp, params
+
+
+def test_a_257_token_vocabulary_stops_at_its_own_endoftext_and_has_no_50256():
+    hp, params = rigged_257_token_model()
+    assert [s.tolist() for s in g.generate([5, 6], params, hp, 8, temperature=0, stop=256)] == [[256]]
+    assert len(list(g.generate([5, 6], params, hp, 8, temperature=0, stop=None))) == 8
+    first = next(g.generate([], params, hp, 3, temperature=0, stop=256))  # an empty prompt starts from 256
+    assert first.tolist() == [256]
+    with pytest.raises(ValueError, match="50256 is outside 0..256"):
+        g.generate([], params, hp, 3, stop=g.ENDOFTEXT_ID)
+
+
+def test_the_layer_norms_eps_comes_from_hparams_and_gives_hugging_faces_logits():
+    """tests/data/hf/inner was made with layer_norm_epsilon = 1e-3: read from its config into hparams
+    (never into params), it gives GPT2LMHeadModel's logits; GPT-2's 1e-5 would not."""
+    import backward
+    from plumbing import hf_model
+    hp, params, _ = hf_model.load_hf_folder(os.path.join(DATA, "hf", "inner"))
+    golden = np.load(os.path.join(DATA, "hf", "golden.npz"))
+    ids, want = golden["inner/ids"], golden["inner/last_logits"]
+    assert g.layer_norm_eps(hp) == 1e-3 and all(set(norm) == {"g", "b"} for norm in [params["ln_f"]] + [
+        b[n] for b in params["blocks"] for n in ("ln_1", "ln_2")])
+    assert np.abs(g.gpt2(ids, params, hp["n_head"], eps=g.layer_norm_eps(hp))[:, -1] - want).max() <= 1e-4
+    assert np.abs(g.gpt2(ids, params, hp["n_head"])[:, -1] - want).max() > 1e-3  # the default eps is not this model's
+    logits = look_inside.run_with_cache(ids, params, hp, names=[])[0]  # the callers that take hparams use it
+    assert np.abs(logits[:, -1] - want).max() <= 1e-4
+    loss, _ = backward.loss_and_grads(ids[:, :-1], ids[:, 1:], params, hp["n_head"], eps=g.layer_norm_eps(hp))
+    assert loss == pytest.approx(g.next_token_loss(logits[:, :-1], ids[:, 1:]), rel=1e-5)
+    assert g.score(ids[0], params, hp)[1] == pytest.approx(g.next_token_loss(logits[:1, :-1], ids[:1, 1:]), rel=1e-5)

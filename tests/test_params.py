@@ -53,3 +53,16 @@ def test_the_embedding_share_of_a_small_model():
     shares = {V: parameters.count_parameters({"n_vocab": V, "n_ctx": 64, "n_embd": 128, "n_head": 4,
                                               "n_layer": 4})["wte_share"] for V in (257, 4096, 50257)}
     assert round(shares[257], 3) == 0.039 and round(shares[4096], 3) == 0.395 and round(shares[50257], 3) == 0.889
+
+
+@pytest.mark.parametrize("name, block", [("h3/attn/c_attn/w", 3), ("h11.attn.z", 11), ("h0", 0), ("wte", None),
+                                         ("ln_f/g", None), ("ln_f", None), ("head.x", None), ("h", None)])
+def test_a_blocks_index_is_read_from_a_name_in_one_place(name, block):
+    assert shapes.block_index(name) == block
+
+
+def test_nest_and_the_models_names_agree_on_the_block(models):
+    import look_inside
+    hp, params = models["odd"]
+    assert shapes.nest(shapes.flatten(params), hp["n_layer"])["blocks"][2]["ln_2"]["g"] is params["blocks"][2]["ln_2"]["g"]
+    assert look_inside.transformer_lens_name("h2.attn.weights") == "blocks.2.attn.hook_pattern"

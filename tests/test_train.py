@@ -45,11 +45,11 @@ def test_accumulation_copies_the_first_micro_batchs_gradients(models):
     assert not np.shares_memory(total["wte"], buffers["dwte"]) and np.array_equal(total["wte"], grads["wte"])
 
 
-def test_a_trainable_copy_is_writable_and_keeps_each_layer_norms_eps():
+def test_a_trainable_copy_is_writable():
     from plumbing import hf_model
     _, params, _ = hf_model.load_hf_folder(os.path.join(DATA, "hf", "inner"))
     copy = train.trainable(params)
-    assert copy["ln_f"]["eps"] == 1e-3 and copy["blocks"][2]["ln_2"]["eps"] == 1e-3
+    assert set(copy["ln_f"]) == set(copy["blocks"][2]["ln_2"]) == {"g", "b"}  # the eps is the hparams'
     assert copy["wte"].flags.writeable and not np.shares_memory(copy["wte"], params["wte"])
     assert np.array_equal(copy["wte"], params["wte"])
 
