@@ -11,7 +11,7 @@ import backward
 from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT, model_folder_copy
 import optimizer
 import train
-from plumbing import shapes
+from plumbing import shapes, train_cli
 from plumbing.checkpoint import load_checkpoint
 
 
@@ -116,7 +116,7 @@ def test_bad_flags_are_one_line(tiny_model, corpus, tmp_path):
 
 def test_ctrl_c_saves_and_resume_continues_the_same_run(tiny_model, corpus, tmp_path, monkeypatch):
     straight = tmp_path / "straight"
-    train.main(train_args(tiny_model, corpus, straight))
+    train_cli.main(train_args(tiny_model, corpus, straight))
     calls = {"n": 0}
     norm = optimizer.grad_norm
 
@@ -128,10 +128,10 @@ def test_ctrl_c_saves_and_resume_continues_the_same_run(tiny_model, corpus, tmp_
 
     monkeypatch.setattr(train, "grad_norm", interrupted_at_step_8)
     stopped = tmp_path / "stopped"
-    assert train.main(train_args(tiny_model, corpus, stopped)) == 130
+    assert train_cli.main(train_args(tiny_model, corpus, stopped)) == 130
     assert train.load_state(str(stopped), train.trainable(load_checkpoint(str(stopped))[1]))["step"] == 7
     monkeypatch.setattr(train, "grad_norm", norm)
-    assert train.main(train_args(tiny_model, corpus, stopped, "--resume")) == 0
+    assert train_cli.main(train_args(tiny_model, corpus, stopped, "--resume")) == 0
     for f in ("model.ckpt.data-00000-of-00001", "train_state.npz"):
         assert (stopped / f).read_bytes() == (straight / f).read_bytes(), f
 
