@@ -140,7 +140,6 @@ def train_step(params, n_head, state, train_ids, step, *, steps, batch_size, con
     return loss
 
 
-
 # ============================================================================
 # 4. The loop
 # ============================================================================
@@ -169,7 +168,7 @@ def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, v
     except KeyboardInterrupt:
         bar.close()
         if state["step"] == first:
-            print("\ninterrupted before the first step: nothing saved", file=sys.stderr)
+            print("\ninterrupted before a step was done: nothing new was saved", file=sys.stderr)
         else:
             save(out, params, hparams, state, vocab, config)
             print(f"\ninterrupted: saved step {state['step']} in {out}; --resume continues", file=sys.stderr)
