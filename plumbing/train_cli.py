@@ -176,9 +176,9 @@ def parameter_table(hparams):
     return "\n".join(lines)
 
 
-def new_vocabulary(args, text, vocab_dir):
+def new_model(args, text, vocab_dir):
     """From scratch: --tokenizer's vocabulary, or one learned from the training part of the text
-    into vocab_dir. -> (its folder, its encoder)"""
+    into vocab_dir, and the model's shape. -> (the vocabulary's folder, its encoder, hparams)"""
     if args.tokenizer:
         encoder = bpe.get_encoder(args.tokenizer)
         if args.vocab_size not in (None, encoder.n_vocab):
@@ -191,12 +191,15 @@ def new_vocabulary(args, text, vocab_dir):
         encoder = bpe.get_encoder(vocab_dir)
     if encoder.eot is None:
         raise UserError("its vocabulary has no <|endoftext|>", path=vocab_dir)
-    return vocab_dir, encoder
+    args.vocab_size, args.context = encoder.n_vocab, args.context or DEFAULT_CONTEXT  # saved with the run's flags
+    hparams = {"n_vocab": encoder.n_vocab, "n_ctx": args.context, "n_embd": args.n_embd, "n_head": args.n_head,
+               "n_layer": args.n_layer}
+    return vocab_dir, encoder, hparams
 
 
 def saved_model(args):
     """A model to train further: a released size, a folder, hf:owner/name, or (--resume) the run in
-    --out. -> (its folder, which holds its vocabulary too, hparams, params)"""
+    --out. -> (its folder, which holds its vocabulary too, its encoder, hparams, params)"""
     if args.model in shapes.SIZES and not args.resume:  # a released size: refuse before downloading it
         hparams = shapes.hparams(args.model)
         train.check_memory(hparams, args.batch_size, args.context or min(DEFAULT_CONTEXT, hparams["n_ctx"]),
@@ -204,7 +207,8 @@ def saved_model(args):
     folder = args.out if args.resume else loading.fetch_model(args.model, args.models_dir, quiet=args.quiet)
     hparams, params = loading.load_weights(folder)
     check_writable(hparams, args.out)  # before training, not at the first save
-    return folder, hparams, params
+    args.context = args.context or min(DEFAULT_CONTEXT, hparams["n_ctx"])  # saved with the run's flags
+    return folder, bpe.get_encoder(folder), hparams, params
 
 
 def run(args):
@@ -220,20 +224,16 @@ def run(args):
     # a learned vocabulary waits here, beside --out, until each save copies it in
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out)), prefix=".vocab-") as scratch:
         if new:
-            args.context = args.context or DEFAULT_CONTEXT
-            vocab, encoder = new_vocabulary(args, text, os.path.join(scratch, "vocab"))
-            args.vocab_size = encoder.n_vocab  # saved with the run's flags
-            hparams = {"n_vocab": encoder.n_vocab, "n_ctx": args.context, "n_embd": args.n_embd,
-                       "n_head": args.n_head, "n_layer": args.n_layer}
+            vocab, encoder, hparams = new_model(args, text, os.path.join(scratch, "vocab"))
         else:
-            vocab, hparams, params = saved_model(args)
-            encoder = bpe.get_encoder(vocab)
-            args.context = args.context or min(DEFAULT_CONTEXT, hparams["n_ctx"])
+            vocab, encoder, hparams, params = saved_model(args)
         train_ids, val_ids = train.text_ids(encoder, text, args.val_fraction, args.context)
         train.check_memory(hparams, args.batch_size, args.context, look_inside.available_memory())
-        if new:
+        if new:  # its weights are made once the run is known to fit
             print(parameter_table(hparams))  # even with --quiet: what is being trained
-        params = init_params(hparams, args.seed) if new else train.trainable(params)
+            params = init_params(hparams, args.seed)
+        else:
+            params = train.trainable(params)
         state = train.load_state(args.out, params) if args.resume else new_adamw_state(params)
         if state["step"] >= args.steps:
             print(f"{args.out}: already trained for {state['step']} steps, nothing to do (a larger --steps goes on)")
