@@ -433,8 +433,9 @@ def test_help_names_no_default_of_none_and_one_for_warmup():
 def test_progress_in_a_log_is_a_plain_line_not_a_bar(tiny_model, corpus, tmp_path):
     r = run_train(*[a for a in train_args(tiny_model, corpus, tmp_path / "run") if a != "--quiet"])
     assert r.returncode == 0, r.stderr
-    assert "\r" not in r.stderr and r.stderr.count("\n") == 1, r.stderr  # a run of a few seconds: the last line only
-    assert r.stderr.startswith("step 12/12 (100%), ") and "loss=" in r.stderr and "tok_s=" in r.stderr
+    lines = r.stderr.splitlines()  # a run of a second or two: the last line alone, unless the machine is slow
+    assert "\r" not in r.stderr and lines and all(line.startswith("step ") for line in lines), r.stderr
+    assert lines[-1].startswith("step 12/12 (100%), ") and "loss=" in lines[-1] and "tok_s=" in lines[-1]
 
 
 def test_progress_is_tqdm_on_a_terminal_and_lines_elsewhere(capsys):
