@@ -36,7 +36,8 @@ from operator import itemgetter
 
 import regex
 
-from plumbing.errors import UserError, fail, read_text
+from plumbing import corpus
+from plumbing.errors import UserError, fail
 from plumbing.folders import check_new_folder, whole_folder
 from plumbing.hf_model import TOKENIZER_FILES
 
@@ -472,11 +473,6 @@ def vocab_files(merges):
     return json.dumps(encoder, ensure_ascii=False), "#version: 0.2\n" + "".join(lines)
 
 
-def read_texts(paths):
-    """The training text: the files' contents, one after another (UTF-8, none empty)."""
-    return "\n".join(read_text(path) for path in paths)
-
-
 def train_vocab(text, vocab_size, quiet=True):
     """vocab_size ids in all, as GPT-2's 50257: 256 bytes, vocab_size - 257 merges, <|endoftext|>.
     -> the merges. Too few distinct pairs, or a merge that spells an earlier token again, is a
@@ -556,7 +552,8 @@ def main(argv=None):
         fail("--train needs --vocab-size N and --out DIR")
     try:
         if args.train is not None:
-            merges = train_vocab(read_texts(args.train), args.vocab_size, args.quiet)
+            merges = train_vocab(corpus.join_documents(corpus.read_documents(args.train)), args.vocab_size,
+                                 args.quiet)
             write_vocab(args.out, merges)
             print(f"{args.out}: {args.vocab_size} ids ({len(merges)} merges); "
                   f"python bpe.py --vocab-dir {args.out} \"text\" uses it")

@@ -52,12 +52,13 @@ def ours(vocab_size, steps, seed=0):
     import bpe
     import parameters
     import train
+    from plumbing import corpus
     from backward import cross_entropy
     from gpt2_numpy import gpt2
     from initialise import init_params
     from optimizer import new_adamw_state
 
-    text = train.read_data(train.CORPUS)
+    text = corpus.join_documents(corpus.read_documents([train.CORPUS]))
     train_text, val_text = train.split_text(text, 0.1)
     t = time.perf_counter()
     encoder = bpe.parse_vocab(*bpe.vocab_files(bpe.train_vocab(train_text, vocab_size)))  # as train.py's

@@ -1,8 +1,15 @@
 """train.py: the loop (accumulation, reused buffers) and the command line, end to end on the tiny model."""
+import glob
+import io
 import json
 import os
+import re
+import shutil
+import signal
+import stat
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -11,8 +18,9 @@ import backward
 from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT, model_folder_copy
 import optimizer
 import train
-from plumbing import shapes
+from plumbing import shapes, train_cli
 from plumbing.checkpoint import load_checkpoint
+from plumbing.errors import UserError
 
 
 def test_a_step_accumulating_two_micro_batches_in_reused_buffers(models):
@@ -116,7 +124,7 @@ def test_bad_flags_are_one_line(tiny_model, corpus, tmp_path):
 
 def test_ctrl_c_saves_and_resume_continues_the_same_run(tiny_model, corpus, tmp_path, monkeypatch):
     straight = tmp_path / "straight"
-    train.main(train_args(tiny_model, corpus, straight))
+    train_cli.main(train_args(tiny_model, corpus, straight))
     calls = {"n": 0}
     norm = optimizer.grad_norm
 
@@ -128,10 +136,10 @@ def test_ctrl_c_saves_and_resume_continues_the_same_run(tiny_model, corpus, tmp_
 
     monkeypatch.setattr(train, "grad_norm", interrupted_at_step_8)
     stopped = tmp_path / "stopped"
-    assert train.main(train_args(tiny_model, corpus, stopped)) == 130
+    assert train_cli.main(train_args(tiny_model, corpus, stopped)) == 130
     assert train.load_state(str(stopped), train.trainable(load_checkpoint(str(stopped))[1]))["step"] == 7
     monkeypatch.setattr(train, "grad_norm", norm)
-    assert train.main(train_args(tiny_model, corpus, stopped, "--resume")) == 0
+    assert train_cli.main(train_args(tiny_model, corpus, stopped, "--resume")) == 0
     for f in ("model.ckpt.data-00000-of-00001", "train_state.npz"):
         assert (stopped / f).read_bytes() == (straight / f).read_bytes(), f
 
@@ -295,3 +303,221 @@ def test_model_shape_flags_go_with_from_scratch(tiny_model, corpus, tmp_path):
     r = run_train(*train_args(tiny_model, corpus, tmp_path / "o", "--n-layer", "3"))
     assert r.returncode == 2 and "--n-layer and --n-embd go with --from-scratch" in r.stderr.replace(
         "--vocab-size, --tokenizer, --n-layer, --n-head and", "--n-layer and")
+
+
+# --- the loop, in-process, and Ctrl-C ---------------------------------------------------------
+
+def test_train_is_the_loop_the_command_line_runs(tiny_model, corpus, tmp_path, capsys):
+    """train.train called with explicit arguments (no flags) reports, samples and saves as the
+    step's number calls for them, and gives the command line's checkpoint, bit for bit."""
+    import bpe
+    cli = tmp_path / "cli"
+    assert train_cli.main(train_args(tiny_model, corpus, cli)) == 0
+    hp, params = load_checkpoint(tiny_model)
+    params, encoder = train.trainable(params), bpe.get_encoder(tiny_model)
+    train_ids, val_ids = train.text_ids(encoder, corpus.read_text(encoding="utf-8"), 0.1, 16)
+    recipe = dict(steps=12, batch_size=2, context=16, accum=1, lr=3e-3, min_lr_ratio=0.1, warmup=3, weight_decay=0.1,
+                  grad_clip=1.0, dropout=0.0, seed=0, beta2=0.999)
+    capsys.readouterr()
+    out = tmp_path / "loop"
+    code = train.train(params, hp, encoder, optimizer.new_adamw_state(params), train_ids, val_ids, recipe,
+                       out=str(out), vocab=tiny_model, config={"steps": 12}, eval_every=5, sample_every=7,
+                       save_every=100, quiet=True)
+    printed = capsys.readouterr().out.splitlines()
+    assert code == 0 and [line.split(":")[0] for line in printed] == ["step 5", "step 7 sample", "step 10", "step 12"]
+    assert all("validation loss" in line for line in printed if "sample" not in line)
+    assert (out / "model.ckpt.data-00000-of-00001").read_bytes() == (cli / "model.ckpt.data-00000-of-00001").read_bytes()
+    assert json.loads((out / "train_config.json").read_text()) == {"steps": 12}
+
+
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C as Python's default: a KeyboardInterrupt (a shell may start the tests with SIGINT ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_during_a_save_leaves_no_hidden_folder(tiny_model, corpus, tmp_path, monkeypatch, capsys,
+                                                      sigint_raises):
+    """SIGINT in the middle of the step-6 save (its tensors written, the vocabulary being copied):
+    the half-written .writing-* folder goes, and the loop's Ctrl-C save writes step 6 whole."""
+    copy, calls = shutil.copy, []
+
+    def copy_then_ctrl_c(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the KeyboardInterrupt arrives here
+        return copy(*args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copy", copy_then_ctrl_c)
+    out = tmp_path / "run"
+    assert train_cli.main(train_args(tiny_model, corpus, out)) == 130
+    assert os.listdir(tmp_path) == ["run"], os.listdir(tmp_path)
+    assert "interrupted: saved step 6 in" in capsys.readouterr().err
+    assert train.load_state(str(out), train.trainable(load_checkpoint(str(out))[1]))["step"] == 6
+    assert len(calls) > 1 and sorted(os.listdir(out))[-1] == "vocab.bpe"
+
+
+def test_ctrl_c_while_from_scratch_learns_its_vocabulary_is_one_line(tmp_path):
+    """SIGINT once the run has begun (its vocabulary's scratch folder beside --out exists), while
+    bpe.py learns 3,839 merges from Shakespeare: exit 130, one line, nothing left behind."""
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *SCRATCH, "--vocab-size", "4096", "--out",
+                          str(tmp_path / "o"), "--steps", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 60
+    while not glob.glob(str(tmp_path / ".vocab-*")) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # past the folder's making, well inside the seconds that the merges take
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err.strip() == "interrupted" and "Traceback" not in err, (p.returncode, err)
+    assert os.listdir(tmp_path) == []
+
+
+# --- what a run saves, and where --------------------------------------------------------------
+
+def test_a_run_from_scratch_says_so_and_resume_names_it(tmp_path, capsys):
+    out = tmp_path / "baby"
+    assert train_cli.main([*SCRATCH, "--out", str(out), "--steps", "2"]) == 0
+    config = json.loads((out / "train_config.json").read_text())
+    assert config["model"] == "from scratch" and config["from_scratch"] is True
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        train_cli.main(["--out", str(out), "--resume", "--model", "355M", "--quiet"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == (f"error: --resume continues the model saved in {out} (trained from scratch): "
+                                       "leave out --model 355M\n")
+
+
+def test_resuming_a_run_from_scratch_saved_before_it_said_so(tmp_path, capsys):
+    """Runs saved with "model": "124M" (the flag's default) beside "from_scratch": true."""
+    out = tmp_path / "old"
+    assert train_cli.main([*SCRATCH, "--out", str(out), "--steps", "2"]) == 0
+    config = json.loads((out / "train_config.json").read_text()) | {"model": "124M"}
+    (out / "train_config.json").write_text(json.dumps(config))
+    with pytest.raises(SystemExit):
+        train_cli.main(["--out", str(out), "--resume", "--model", "124M", "--quiet"])
+    assert "(trained from scratch): leave out --model 124M" in capsys.readouterr().err
+
+
+def test_the_out_folder_gets_the_umasks_permissions(tiny_model, corpus, tmp_path):
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *train_args(tiny_model, corpus, out)],
+                       capture_output=True, text=True, preexec_fn=lambda: os.umask(0o027))
+    assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o750
+    assert stat.S_IMODE(os.stat(out / "train_state.npz").st_mode) == 0o640
+
+
+def test_the_context_defaults_to_the_models_positions_when_it_has_fewer_than_256(tiny_model, corpus, tmp_path):
+    out = tmp_path / "run"
+    r = run_train(*[a for a in train_args(tiny_model, corpus, out) if a not in ("--context", "16")])
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "train_config.json").read_text())["context"] == 64  # the tiny model's n_ctx
+
+
+def test_help_names_no_default_of_none_and_one_for_warmup():
+    r = run_train("--help")
+    assert r.returncode == 0 and "(default: None)" not in r.stdout, r.stdout
+    text = " ".join(r.stdout.split())
+    assert "--out OUT the folder to write the trained model to --models-dir" in text
+    assert "from scratch, if not given: data/tinyshakespeare.txt" in text
+    assert "--warmup WARMUP steps of linear warm-up (default: a tenth of --steps, at most 20) --weight-decay" in text
+    assert "(default: 256, or the model's n_ctx if it has fewer positions)" in text
+
+
+# --- progress without a terminal --------------------------------------------------------------
+
+def test_progress_in_a_log_is_a_plain_line_not_a_bar(tiny_model, corpus, tmp_path):
+    r = run_train(*[a for a in train_args(tiny_model, corpus, tmp_path / "run") if a != "--quiet"])
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()  # a run of a second or two: the last line alone, unless the machine is slow
+    assert "\r" not in r.stderr and lines and all(line.startswith("step ") for line in lines), r.stderr
+    assert lines[-1].startswith("step 12/12 (100%), ") and "loss=" in lines[-1] and "tok_s=" in lines[-1]
+
+
+def test_progress_is_tqdm_on_a_terminal_and_lines_elsewhere(capsys):
+    from tqdm import tqdm
+    from plumbing.progress import Lines, progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    with progress(3, "step", file=Terminal()) as bar:
+        assert isinstance(bar, tqdm)
+    log = io.StringIO()
+    with progress(4, "merge", initial=1, file=log, every=0) as lines:
+        assert isinstance(lines, Lines)
+        lines.set_postfix(loss="2.5000")
+        lines.update(1)
+        lines.write("a message")
+        lines.update(2)
+    shown = log.getvalue().splitlines()
+    assert len(shown) == 2 and shown[0].startswith("merge 2/4 (50%), ") and shown[0].endswith(", loss=2.5000")
+    assert shown[1].startswith("merge 4/4 (100%), ") and "0 s left" in shown[1]
+    assert capsys.readouterr().out == "a message\n"
+    quiet = io.StringIO()
+    with progress(4, "step", file=quiet, quiet=True) as silent:
+        silent.update(4)
+    assert quiet.getvalue() == ""
+
+
+# --- the corpus: one reader, one separator -----------------------------------------------------
+
+def test_a_corpus_is_its_documents_sorted_and_joined_one_way(tmp_path, capsys):
+    from plumbing import corpus
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in (("b.txt", "second"), ("a.txt", "first"), ("c.txt", " \n"), ("notes.md", "not text")):
+        (folder / name).write_text(text, encoding="utf-8")
+    (tmp_path / "one.txt").write_text("third", encoding="utf-8")
+    documents = corpus.read_documents([str(folder), str(tmp_path / "one.txt")])
+    assert documents == ["first", "second", "third"]
+    assert capsys.readouterr().err == f"note: {folder / 'c.txt'} is empty: skipped\n"
+    assert corpus.join_documents(documents) == "first\n\nsecond\n\nthird"
+    (folder / "a.txt").write_text("")
+    (folder / "b.txt").write_text("")
+    for paths, message in (([str(folder)], "docs: holds only empty .txt files (3)"),
+                           ([str(folder / "c.txt")], "c.txt: is empty"),
+                           ([str(tmp_path / "none.txt")], "none.txt: No such file or directory")):
+        with pytest.raises(UserError, match=re.escape(message)):
+            corpus.read_documents(paths)
+
+
+def test_one_empty_file_in_a_data_folder_does_not_stop_a_run(tiny_model, corpus, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "notes.txt").write_text(corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    (data / "empty.txt").write_text("")
+    r = run_train(*train_args(tiny_model, data, tmp_path / "run"))
+    assert r.returncode == 0 and r.stderr == f"note: {data / 'empty.txt'} is empty: skipped\n", r.stderr
+
+
+def test_bpe_train_and_train_py_read_the_same_text(tmp_path):
+    """bpe.py --train learns from the documents joined as train.py joins them."""
+    import bpe
+    from plumbing import corpus
+    files = [str(tmp_path / f"{i}.txt") for i in range(6)]
+    for i, path in enumerate(files):  # where a document ends is a frequent pair here: the separator shows
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("the cat.\n" if i < 3 else "a dog\n")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bpe.py"), "--train", *files, "--vocab-size", "262",
+                        "--out", str(tmp_path / "v"), "--quiet"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = corpus.join_documents(corpus.read_documents(files))
+    want = bpe.vocab_files(bpe.train_merges_fast(text, 262 - 257))[1]
+    assert want != bpe.vocab_files(bpe.train_merges_fast("\n".join(corpus.read_documents(files)), 5))[1]
+    assert (tmp_path / "v" / "vocab.bpe").read_text(encoding="utf-8") == want
+
+
+def test_the_split_is_stated_once_the_end_of_the_text_held_out(encoder):
+    text = "the cat sat on the mat. " * 40
+    train_ids, val_ids = train.text_ids(encoder, text, 0.25, 8)
+    cut = len(text) - len(text) // 4
+    assert train_ids.tolist() == encoder.encode(text[:cut]) and val_ids.tolist() == encoder.encode(text[cut:])
+    with pytest.raises(UserError, match="too short for a context of 200") as e:
+        train.text_ids(encoder, text, 0.25, 200)
+    assert "too few for a context of 200 in both" in str(e.value)
