@@ -86,7 +86,7 @@ def from_printable(token):
 # Pre-tokenization: the first alternative that matches at each position wins.
 # OpenAI's pattern lists the contractions first; words and numbers can go before
 # them (an apostrophe is neither a letter nor a digit, so nothing changes), which is
-# ~10% faster since most pieces are words. They must stay before punctuation,
+# faster since most pieces are words. They must stay before punctuation,
 # which would otherwise take the apostrophe.
 PRETOKENIZE = regex.compile(
     r" ?\p{L}+"                 # a word: letters of any script, with at most one leading space
@@ -141,7 +141,7 @@ class Encoder:
             raise VocabError(f"a merge uses the token {e.args[0]!r}, which encoder.json lacks",
                              path="vocab.bpe") from None
         self.eot = encoder.get(ENDOFTEXT)
-        self.cache = Memo(self.encode_piece)  # piece -> ids
+        self.merged_pieces = Memo(self.encode_piece)  # piece -> ids
         self.stretches = Memo(self.encode_stretch)  # stretch between two cuts -> ids
 
     # --- encoding -------------------------------------------------------------
@@ -169,8 +169,7 @@ class Encoder:
             ids = merged
 
     def merge_fast(self, ids):
-        """merge(ids), for encode's hot path (~2.5x faster on a cold cache; a test holds them
-        equal). merge_once looks up every pair's rank again after each merge; here each
+        """merge(ids), for encode's hot path (a test holds them equal). merge_once looks up every pair's rank again after each merge; here each
         pair's rank is kept in a list, and after a merge only the two pairs next to it are
         looked up again. (A merge only creates pairs of higher rank: their rules use the new
         token, so they came later in vocab.bpe.)"""
@@ -218,7 +217,7 @@ class Encoder:
 
     def encode_stretch(self, text):
         """Pre-tokenize, then each piece's ids, one after another (a tuple, as it is cached)."""
-        return tuple(chain.from_iterable(map(self.cache.__getitem__, PRETOKENIZE.findall(text))))
+        return tuple(chain.from_iterable(map(self.merged_pieces.__getitem__, PRETOKENIZE.findall(text))))
 
     # --- decoding -------------------------------------------------------------
 
@@ -244,7 +243,7 @@ class Memo(dict):
     """text -> ids, computed on first use. Text repeats its words, so most are
     looked up, not merged; and the lookup runs in C (dict.__getitem__). The ids are
     tuples: Python's garbage collector stops tracking tuples of ints, but would walk
-    hundreds of thousands of cached lists again and again (cold encoding ~20% slower)."""
+    hundreds of thousands of cached lists again and again."""
 
     def __init__(self, compute):
         super().__init__()

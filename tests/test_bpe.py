@@ -242,7 +242,7 @@ def test_decode_accepts_numpy_integers(encoder):
 
 def test_pieces_and_stretches_are_cached(encoder):
     encoder.encode("a cachedword, again")
-    assert encoder.cache[" cachedword"] == encoder.encode_piece(" cachedword")
+    assert encoder.merged_pieces[" cachedword"] == encoder.encode_piece(" cachedword")
     assert list(encoder.stretches[" cachedword,"]) == encoder.encode(" cachedword,")
 
 
