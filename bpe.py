@@ -556,7 +556,7 @@ def show_steps(enc, text):
     lines = []
     for piece in PRETOKENIZE.findall(text):
         ids = [enc.byte_ids[b] for b in piece.encode("utf-8")]
-        lines.append(f"piece {piece.translate(SHOW)!r}: {len(ids)} bytes")
+        lines.append(f"piece {piece!r}: {len(ids)} bytes")  # repr escapes control characters, once
         lines.append(f"  start    {show_tokens(enc, ids)}")
         while (merged := enc.merge_once(ids)) is not None:
             ids = merged
@@ -630,6 +630,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 

@@ -349,3 +349,15 @@ def test_cli_errors_are_one_line_and_exit_2(args, message):
     r = run_bpe(*args)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_shows_a_newline_escaped_once():
+    r = run_bpe("--steps", "a\nb")
+    assert r.returncode == 0 and "piece '\\n': 1 bytes" in r.stdout.splitlines()
+    assert run_bpe("a\n\tb").stdout.splitlines()[0] == "a|\\n|\\t|b"
+
+
+def test_help_names_every_command():
+    r = run_bpe("--help")
+    description = r.stdout.split("\n\n")[1]
+    assert r.returncode == 0 and all(flag in description for flag in ("--steps", "--ids", "--train"))
