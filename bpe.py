@@ -171,10 +171,10 @@ class Encoder:
             ids = merged
 
     def merge_fast(self, ids):
-        """merge(ids), for encode's hot path (a test holds them equal). merge_once looks up every pair's rank again after each merge; here each
-        pair's rank is kept in a list, and after a merge only the two pairs next to it are
-        looked up again. (A merge only creates pairs of higher rank: their rules use the new
-        token, so they came later in vocab.bpe.)"""
+        """merge(ids), for encode's hot path (a test holds them equal). merge_once looks up every
+        pair's rank again after each merge; here each pair's rank is kept in a list, and after a
+        merge only the two pairs next to it are looked up again. (A merge only creates pairs of
+        higher rank: their rules use the new token, so they came later in vocab.bpe.)"""
         no_rule, n, ranks = len(self.merged), self.n_vocab, self.ranks
         ids = list(ids)
         pair_ranks = [ranks.get(a * n + b, no_rule) for a, b in zip(ids, ids[1:])]

@@ -204,8 +204,9 @@ def test_without_a_terminal_training_says_what_it_does_in_plain_lines(tmp_path, 
 
 def test_ctrl_c_during_training_is_one_line_and_exit_130(tmp_path):
     out = tmp_path / "v"
-    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "bpe.py"), "--train",
-                          os.path.join(ROOT, "data", "tinyshakespeare.txt"), "--vocab-size", "20000", "--out", str(out)],
+    corpus = os.path.join(ROOT, "data", "tinyshakespeare.txt")
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "bpe.py"), "--train", corpus, "--vocab-size", "20000",
+                          "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stderr.readline().startswith("learning up to 19,743 merges")  # training has begun
     p.send_signal(signal.SIGINT)
