@@ -399,7 +399,7 @@ def heap_entry(pair, counts, where, first, pieces, live):
     """The pair's place in the heap, recorded in `live`: (-count, its first piece, its first position
     there, pair). So the most frequent pair comes off first, and of a tie the pair that occurs
     first in the text (pieces are numbered in the order they first occur), as in train_merges.
-    A piece that lost the pair took it out of `first`; the pieces still holding it tell again."""
+    A pair whose first piece lost it is missing from `first`: its first piece is found again here."""
     i = first.get(pair)
     if i is None:
         i = first[pair] = min(where[pair])
@@ -490,7 +490,7 @@ def train_vocab(text, vocab_size, quiet=True):
     with merge_progress(min(wanted, most), quiet) as on_merge:
         merges = train_merges_fast(text, wanted, on_merge=on_merge)
     if len(merges) < wanted:
-        raise UserError(f"the text has only enough distinct pairs for {len(merges)} merges, not the {wanted} that "
+        raise UserError(f"the text has only enough distinct pairs for {len(merges):,} merges, not the {wanted:,} that "
                         f"--vocab-size {vocab_size} asks for: use --vocab-size {257 + len(merges)} or more text")
     twice = spelled_twice(merges)
     if twice is not None:

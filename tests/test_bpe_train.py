@@ -149,7 +149,7 @@ def test_training_that_would_spell_a_token_twice_stops_and_says_where(monkeypatc
         bpe.train_vocab("abc", 261)
 
 
-def test_the_fast_trainer_is_the_plain_one_to_the_last_merge_with_many_ties():
+def test_with_many_ties_the_fast_trainer_still_equals_the_plain_to_the_last_merge():
     """Late in training most pairs are tied at a count of 1 or 2: the tie still goes to the pair
     first in the text, merge after merge, until no pair is left."""
     import random
@@ -166,7 +166,7 @@ def test_training_stops_when_no_pair_is_left_and_says_how_many_merges(tmp_path):
     text.write_text("abab abab cdcd", encoding="utf-8")
     r = run_bpe("--train", str(text), "--vocab-size", "1000000000", "--out", str(tmp_path / "out"), "--quiet")
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert "only enough distinct pairs for 6 merges, not the 999999743" in r.stderr and "--vocab-size 263" in r.stderr
+    assert "only enough distinct pairs for 6 merges, not the 999,999,743" in r.stderr and "--vocab-size 263" in r.stderr
     assert not os.path.exists(tmp_path / "out")
 
 
