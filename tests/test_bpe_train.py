@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -174,11 +173,10 @@ def test_out_is_checked_before_training(tmp_path):
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "notes.txt").write_text("mine")
-    start = time.monotonic()
     r = run_bpe("--train", os.path.join(ROOT, "data", "tinyshakespeare.txt"), "--vocab-size", "20000",
                 "--out", str(taken))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "taken: already exists" in r.stderr, r.stderr
-    assert time.monotonic() - start < 10 and "learning" not in r.stderr  # no merge was learned first
+    assert "learning" not in r.stderr  # refused before any merge was learned
     assert os.listdir(taken) == ["notes.txt"]
     r = run_bpe("--train", os.path.join(ROOT, "data", "tinyshakespeare.txt"), "--vocab-size", "300",
                 "--out", str(tmp_path / "no" / "such" / "v"))
