@@ -24,6 +24,7 @@ hot loop works on bytes and integer ids only.
 """
 import argparse
 import codecs
+import contextlib
 import heapq
 import json
 import operator
@@ -39,6 +40,7 @@ import regex
 from plumbing import corpus
 from plumbing.errors import UserError, fail
 from plumbing.folders import check_new_folder, whole_folder
+from plumbing.progress import EVERY, progress
 from plumbing.hf_model import TOKENIZER_FILES
 
 ENDOFTEXT = "<|endoftext|>"
@@ -88,7 +90,7 @@ def from_printable(token):
 # Pre-tokenization: the first alternative that matches at each position wins.
 # OpenAI's pattern lists the contractions first; words and numbers can go before
 # them (an apostrophe is neither a letter nor a digit, so nothing changes), which is
-# ~10% faster since most pieces are words. They must stay before punctuation,
+# faster since most pieces are words. They must stay before punctuation,
 # which would otherwise take the apostrophe.
 PRETOKENIZE = regex.compile(
     r" ?\p{L}+"                 # a word: letters of any script, with at most one leading space
@@ -143,7 +145,7 @@ class Encoder:
             raise VocabError(f"a merge uses the token {e.args[0]!r}, which encoder.json lacks",
                              path="vocab.bpe") from None
         self.eot = encoder.get(ENDOFTEXT)
-        self.cache = Memo(self.encode_piece)  # piece -> ids
+        self.merged_pieces = Memo(self.encode_piece)  # piece -> ids
         self.stretches = Memo(self.encode_stretch)  # stretch between two cuts -> ids
 
     # --- encoding -------------------------------------------------------------
@@ -171,11 +173,10 @@ class Encoder:
             ids = merged
 
     def merge_fast(self, ids):
-        """merge(ids), for encode's hot path (~2.5x faster on a cold cache; a test holds them
-        equal). merge_once looks up every pair's rank again after each merge; here each
-        pair's rank is kept in a list, and after a merge only the two pairs next to it are
-        looked up again. (A merge only creates pairs of higher rank: their rules use the new
-        token, so they came later in vocab.bpe.)"""
+        """merge(ids), for encode's hot path (a test holds them equal). merge_once looks up every
+        pair's rank again after each merge; here each pair's rank is kept in a list, and after a
+        merge only the two pairs next to it are looked up again. (A merge only creates pairs of
+        higher rank: their rules use the new token, so they came later in vocab.bpe.)"""
         no_rule, n, ranks = len(self.merged), self.n_vocab, self.ranks
         ids = list(ids)
         pair_ranks = [ranks.get(a * n + b, no_rule) for a, b in zip(ids, ids[1:])]
@@ -220,7 +221,7 @@ class Encoder:
 
     def encode_stretch(self, text):
         """Pre-tokenize, then each piece's ids, one after another (a tuple, as it is cached)."""
-        return tuple(chain.from_iterable(map(self.cache.__getitem__, PRETOKENIZE.findall(text))))
+        return tuple(chain.from_iterable(map(self.merged_pieces.__getitem__, PRETOKENIZE.findall(text))))
 
     # --- decoding -------------------------------------------------------------
 
@@ -246,7 +247,7 @@ class Memo(dict):
     """text -> ids, computed on first use. Text repeats its words, so most are
     looked up, not merged; and the lookup runs in C (dict.__getitem__). The ids are
     tuples: Python's garbage collector stops tracking tuples of ints, but would walk
-    hundreds of thousands of cached lists again and again (cold encoding ~20% slower)."""
+    hundreds of thousands of cached lists again and again."""
 
     def __init__(self, compute):
         super().__init__()
@@ -360,70 +361,69 @@ def train_merges_fast(text, n_merges, on_merge=None):
     """train_merges, for a real corpus (a test holds the two equal). Each distinct piece is kept
     once with how often it occurs, so a word seen 1,000 times is merged once, and counted 1,000
     times. After a merge only the pieces that held the pair are counted again (remerge_piece),
-    and the best pair comes off a heap instead of a scan of every count (pop_best_pair)."""
+    and the best pair comes off a heap ordered by count and first place (pop_best_pair), so a
+    merge costs the same at the end as at the start."""
     freq = Counter(PRETOKENIZE.findall(text))  # insertion order: the order pieces first occur
     pieces = [list(piece.encode("utf-8")) for piece in freq]
     weight = list(freq.values())
-    counts, where = {}, {}  # pair -> total count; pair -> the pieces that hold it
+    counts, where, first = {}, {}, {}  # pair -> total count; -> the pieces that hold it; -> the first of them
     for i, ids in enumerate(pieces):
         for pair in zip(ids, ids[1:]):
             counts[pair] = counts.get(pair, 0) + weight[i]
             where.setdefault(pair, set()).add(i)
-    heap = [(-c, pair) for pair, c in counts.items()]
+            first.setdefault(pair, i)
+    live = {}  # pair -> its one heap entry that is up to date
+    heap = [heap_entry(pair, counts, where, first, pieces, live) for pair in counts]
     heapq.heapify(heap)
     merges = []
     for k in range(n_merges):
-        best = pop_best_pair(heap, counts, where, pieces)
+        best = pop_best_pair(heap, live)
         if best is None:
             break
-        changed = set()  # the pairs whose count moved
+        changed = set()  # the pairs whose count, or first place in the text, moved
         for i in sorted(where[best]):
-            remerge_piece(i, best, 256 + k, pieces, weight[i], counts, where, changed)
-        for pair in changed:  # each changed count goes on the heap again; a stale entry is skipped later
+            remerge_piece(i, best, 256 + k, pieces, weight[i], counts, where, first, changed)
+        for pair in changed:  # each goes on the heap again; its older entry is skipped when it comes off
             if counts[pair] > 0:
-                heapq.heappush(heap, (-counts[pair], pair))
+                heapq.heappush(heap, heap_entry(pair, counts, where, first, pieces, live))
             else:
-                del counts[pair]
-                where.pop(pair, None)
+                for table in (counts, where, first, live):
+                    table.pop(pair, None)
+        if len(heap) > 2 * len(live) + 1024:  # mostly outdated entries: keep only the live ones
+            heap = list(live.values())
+            heapq.heapify(heap)
         merges.append(best)
         if on_merge:
             on_merge(k)
     return merges
 
 
-def pop_best_pair(heap, counts, where, pieces):
-    """The most frequent pair off the heap of (-count, pair), or None when none is left. A tie
-    goes to the pair first in the text: its first piece (pieces are numbered in the order they
-    first occur) and, in it, the first position where it stands. Entries whose count has changed
-    since they were pushed are dropped; the other tied pairs go back."""
-    tied, top = [], None
+def heap_entry(pair, counts, where, first, pieces, live):
+    """The pair's place in the heap, recorded in `live`: (-count, its first piece, its first position
+    there, pair). So the most frequent pair comes off first, and of a tie the pair that occurs
+    first in the text (pieces are numbered in the order they first occur), as in train_merges.
+    A pair whose first piece lost it is missing from `first`: its first piece is found again here."""
+    i = first.get(pair)
+    if i is None:
+        i = first[pair] = min(where[pair])
+    entry = live[pair] = (-counts[pair], i, list(zip(pieces[i], pieces[i][1:])).index(pair), pair)
+    return entry
+
+
+def pop_best_pair(heap, live):
+    """The most frequent pair off the heap (a tie: the one first in the text), or None when no pair
+    is left. Each entry comes off once; one that is no longer its pair's live entry is dropped."""
     while heap:
-        c, pair = heap[0]
-        if counts.get(pair) != -c or pair in tied:
-            heapq.heappop(heap)
-            continue
-        if top is not None and c != top:
-            break
-        top = c
-        tied.append(heapq.heappop(heap)[1])
-    if not tied:
-        return None
-
-    def first_place(pair):  # (piece, position in it) of the pair's first occurrence
-        i = min(where[pair])
-        return i, list(zip(pieces[i], pieces[i][1:])).index(pair)
-
-    best = min(tied, key=first_place) if len(tied) > 1 else tied[0]
-    for pair in tied:
-        if pair != best:
-            heapq.heappush(heap, (top, pair))
-    return best
+        entry = heapq.heappop(heap)
+        if live.get(entry[-1]) is entry:
+            return entry[-1]
+    return None
 
 
-def remerge_piece(i, pair, new_id, pieces, weight, counts, where, changed):
+def remerge_piece(i, pair, new_id, pieces, weight, counts, where, first, changed):
     """Merge pair into new_id in piece i (seen `weight` times), moving its pairs' counts and
-    their `where` entries from the old spelling to the new one; each pair whose count moved
-    goes into the set `changed`."""
+    their `where` and `first` entries from the old spelling to the new one; each pair of the old
+    spelling or the new goes into the set `changed`."""
     before = list(zip(pieces[i], pieces[i][1:]))
     pieces[i] = merge_pair(pieces[i], pair, new_id)
     after = list(zip(pieces[i], pieces[i][1:]))
@@ -434,8 +434,12 @@ def remerge_piece(i, pair, new_id, pieces, weight, counts, where, changed):
     old, new = set(before), set(after)
     for p in old - new:
         where[p].discard(i)
+        if first.get(p) == i:
+            del first[p]  # found again, once, when the pair goes back on the heap
     for p in new - old:
         where.setdefault(p, set()).add(i)
+        if p in first and i < first[p]:
+            first[p] = i
     changed.update(before)
     changed.update(after)
 
@@ -475,23 +479,36 @@ def vocab_files(merges):
 
 def train_vocab(text, vocab_size, quiet=True):
     """vocab_size ids in all, as GPT-2's 50257: 256 bytes, vocab_size - 257 merges, <|endoftext|>.
-    -> the merges. Too few distinct pairs, or a merge that spells an earlier token again, is a
-    UserError saying how many merges were learned."""
-    from tqdm import tqdm
-
+    -> the merges. The merges stop when no pair is left: too few distinct pairs, or a merge that
+    spells an earlier token again, is a UserError saying how many merges were learned."""
     if vocab_size < 257:
         raise UserError(f"must be at least 257 (256 bytes and <|endoftext|>), got {vocab_size}", arg="--vocab-size")
     wanted = vocab_size - 257
-    with tqdm(total=wanted, unit="merge", disable=quiet or not sys.stderr.isatty()) as bar:
-        merges = train_merges_fast(text, wanted, on_merge=lambda k: bar.update(1))
+    most = max(len(text.encode("utf-8")) - 1, 0)  # each merge uses up at least one of the text's adjacent pairs
+    with merge_progress(min(wanted, most), quiet) as on_merge:
+        merges = train_merges_fast(text, wanted, on_merge=on_merge)
     if len(merges) < wanted:
-        raise UserError(f"the text has only enough distinct pairs for {len(merges)} merges, not the {wanted} that "
+        raise UserError(f"the text has only enough distinct pairs for {len(merges):,} merges, not the {wanted:,} that "
                         f"--vocab-size {vocab_size} asks for: use --vocab-size {257 + len(merges)} or more text")
     twice = spelled_twice(merges)
     if twice is not None:
         raise UserError(f"merge {twice + 1} spells {merged_bytes(merges)[256 + twice]!r} a second time, which "
                         f"GPT-2's files cannot hold: use --vocab-size {257 + twice} or less")
     return merges
+
+
+# The one place where training shows its progress: a shared progress helper can replace it.
+
+
+@contextlib.contextmanager
+def merge_progress(total, quiet, every=EVERY):
+    """`with merge_progress(n, quiet) as on_merge:` on_merge(k) after merge k, shown as every
+    command shows progress (plumbing/progress.py): a bar on a terminal; in a log, a first line
+    and then a plain line every `every` seconds; nothing when quiet."""
+    with progress(total, "merge", quiet=quiet, every=every) as bar:
+        if not quiet and not sys.stderr.isatty():
+            print(f"learning up to {total:,} merges", file=sys.stderr, flush=True)
+        yield lambda k: bar.update(1)
 
 
 def write_vocab(folder, merges):
@@ -522,7 +539,7 @@ def show_steps(enc, text):
     lines = []
     for piece in PRETOKENIZE.findall(text):
         ids = [enc.byte_ids[b] for b in piece.encode("utf-8")]
-        lines.append(f"piece {piece.translate(SHOW)!r}: {len(ids)} bytes")
+        lines.append(f"piece {piece!r}: {len(ids)} bytes")  # repr escapes control characters, once
         lines.append(f"  start    {show_tokens(enc, ids)}")
         while (merged := enc.merge_once(ids)) is not None:
             ids = merged
@@ -531,9 +548,10 @@ def show_steps(enc, text):
     return "\n".join(lines)
 
 
-def main(argv=None):
+def parse_args(argv):
     parser = argparse.ArgumentParser(
-        description="GPT-2's byte-level BPE: show how a text is tokenized, or decode ids.",
+        prog="bpe.py", description="GPT-2's byte-level BPE: show how a text is tokenized (--steps: every merge), "
+                                   "decode ids (--ids), or learn a vocabulary from text files (--train).",
         epilog="All four GPT-2 sizes share one vocabulary; a copy ships in data/gpt2-vocab.")
     parser.add_argument("text", nargs="*", help="text to tokenize (or ids, with --ids)")
     parser.add_argument("--ids", action="store_true", help="decode the arguments, which are token ids")
@@ -544,37 +562,60 @@ def main(argv=None):
     parser.add_argument("--vocab-size", type=int, help="with --train: ids in all (256 bytes, the merges, "
                                                        "<|endoftext|>; GPT-2 has 50257)")
     parser.add_argument("--out", help="with --train: a new folder for encoder.json and vocab.bpe")
-    parser.add_argument("--quiet", action="store_true", help="with --train: no progress bar")
+    parser.add_argument("--quiet", action="store_true", help="with --train: no progress")
     parser.error = fail
     args = parser.parse_args(argv)
-    sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'
     if args.train is not None and (args.vocab_size is None or args.out is None):
         fail("--train needs --vocab-size N and --out DIR")
+    return args
+
+
+def run_train(args):
+    """--train: check --out first, learn the merges, write the two files."""
+    check_new_folder(args.out)
+    merges = train_vocab(corpus.join_documents(corpus.read_documents(args.train)), args.vocab_size, args.quiet)
+    write_vocab(args.out, merges)
+    print(f"{args.out}: {args.vocab_size} ids ({len(merges)} merges); "
+          f"python bpe.py --vocab-dir {args.out} \"text\" uses it")
+
+
+def run_ids(enc, words):
+    """--ids: the arguments, which are token ids, back to text."""
+    try:
+        ids = [int(t) for t in " ".join(words).replace(",", " ").strip("[] ").split()]
+    except ValueError:
+        raise UserError("--ids takes whole numbers, e.g. --ids 15496 11 995") from None
+    print(enc.decode(ids))
+
+
+def run_show(enc, text, steps):
+    """The text's tokens and ids, or with --steps every merge that makes them."""
+    if steps:
+        print(show_steps(enc, text))
+    else:
+        ids = enc.encode(text)
+        print(show_tokens(enc, ids))
+        print(ids)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'
     try:
         if args.train is not None:
-            merges = train_vocab(corpus.join_documents(corpus.read_documents(args.train)), args.vocab_size,
-                                 args.quiet)
-            write_vocab(args.out, merges)
-            print(f"{args.out}: {args.vocab_size} ids ({len(merges)} merges); "
-                  f"python bpe.py --vocab-dir {args.out} \"text\" uses it")
-            return 0
-        enc = get_encoder(args.vocab_dir)
-        if args.ids:
-            try:
-                ids = [int(t) for t in " ".join(args.text).replace(",", " ").strip("[] ").split()]
-            except ValueError:
-                fail("--ids takes whole numbers, e.g. --ids 15496 11 995")
-            print(enc.decode(ids))
-            return 0
-        text = " ".join(args.text)
-        if args.steps:
-            print(show_steps(enc, text))
+            run_train(args)
+        elif args.ids:
+            run_ids(get_encoder(args.vocab_dir), args.text)
         else:
-            ids = enc.encode(text)
-            print(show_tokens(enc, ids))
-            print(ids)
+            run_show(get_encoder(args.vocab_dir), " ".join(args.text), args.steps)
     except UserError as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 

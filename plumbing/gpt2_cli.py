@@ -4,6 +4,8 @@
     python gpt2_numpy.py "text" --score     each token's log-probability
     python gpt2_numpy.py "text" --trace     every stage of one forward pass
     python gpt2_numpy.py --params 355M      the parameter count by part
+    python gpt2_numpy.py "text" --top 10    the 10 most likely next tokens
+    python gpt2_numpy.py "text" --lens      the logit lens (--html FILE: a page of it all)
 
 Exit status: 0 done, 2 a user's mistake (one line on stderr, from a UserError), 130
 interrupted. Anything else is a bug and shows its traceback.
@@ -45,7 +47,9 @@ def positive_int(text):
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="gpt2_numpy.py", allow_abbrev=False,
-        description="GPT-2 in plain NumPy: generate text, score a text, count parameters, trace shapes.",
+        description="GPT-2 in plain NumPy: generate text (the default), score a text (--score), count parameters "
+                    "(--params), trace every stage (--trace), and look inside: the next-token table (--top), "
+                    "the logit lens (--lens), a page of it all (--html).",
         epilog="Models download on first use to --models-dir, else $GPT2_MODELS_DIR, else models/ beside this "
                "file; --base-url or $GPT2_BASE_URL picks a mirror of OpenAI's files, $HF_ENDPOINT one of the Hub.")
     p.add_argument("prompt", nargs="?", default=None,
@@ -84,21 +88,29 @@ def parse_args(argv):
 
 
 GENERATING = ("n_tokens", "temperature", "top_k", "top_p", "seed", "greedy", "n_samples", "no_stop")
+READINGS = ("params", "score", "trace", "lens", "html", "top")  # each reads the text once and prints its answer
 
 
 def check_flags_agree(args, given):
-    """A flag that the chosen command would ignore is a mistake to say, not to pass over."""
+    """A flag that the chosen command would ignore is a mistake to say, not to pass over. Two readings
+    are one too many, except --html FILE --top K: the page's next-token table then has K rows."""
     def flag(dest):
         return "--" + dest.replace("_", "-")
 
     if args.greedy and "temperature" in given:
         fail(f"--greedy is --temperature 0: give one of them, not --greedy --temperature {args.temperature}")
-    reading = [d for d in ("params", "score", "trace", "lens", "html") if d in given]
-    if "top" in given and not args.json:
-        reading.append("top")
-    if reading and given & set(GENERATING):
-        fail(f"{flag(sorted(given & set(GENERATING))[0])} is for generating text; {flag(reading[0])} reads the "
-             "text once and generates nothing")
+    reading = [d for d in READINGS if d in given and not (d == "top" and args.json)]  # --json --top: generating
+    if {"lens", "html"} <= set(reading):
+        fail("--html's page shows the logit lens too: give --lens for the table, or --html FILE for the page")
+    two = [d for d in reading if not (d == "top" and "html" in reading)]
+    if len(two) > 1:
+        fail(f"{flag(two[0])} and {flag(two[1])} are two readings of the text: give one of them")
+    if args.json and given & {"params", "html"}:
+        fail(f"{flag(sorted(given & {'params', 'html'})[0])} writes no JSON: leave out --json")
+    generating = sorted(given & set(GENERATING)) + (["top"] if args.json and "top" in given else [])
+    if reading and generating:
+        what = "--top with --json" if generating[0] == "top" else flag(generating[0])
+        fail(f"{what} is for generating text; {flag(reading[0])} reads the text once and generates nothing")
     if "trace_block" in given and not args.trace:
         fail("--trace-block goes with --trace")
 
@@ -176,6 +188,22 @@ def run_generate(args, encoder, hparams, params):
     prompt_ids = start_ids(args, encoder)
     stop = None if args.no_stop else encoder.eot
     start = time.perf_counter()
+    samples, alternatives, first_token_time = sample_and_stream(args, encoder, hparams, params, prompt_ids, stop)
+    elapsed = time.perf_counter() - start
+    finish = ["endoftext" if s and s[-1] == stop else "length" for s in samples]
+    samples = [s[:-1] if f == "endoftext" else s for s, f in zip(samples, finish)]
+    print_samples(args, encoder, prompt_ids, samples, finish, alternatives)
+    n = sum(len(s) for s in samples)
+    if not args.quiet and n:
+        after_first = elapsed - (first_token_time - start)
+        print(f"[{plural(n, 'token')} in {elapsed:.2f} s: prompt of {plural(len(prompt_ids), 'token')} and first "
+              f"token in {first_token_time - start:.2f} s, then {(n - args.n_samples) / max(after_first, 1e-9):.1f} "
+              f"tokens/s]", file=sys.stderr)
+
+
+def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop):
+    """Generate, writing one sample's text as it comes. -> (the samples' ids, up to and with the stop
+    token; per step, per sample, the --top alternatives with --json; when the first token came)"""
     alternatives = []  # per step, per sample: the top --top tokens of the distribution sampled from
 
     def watch(logits):
@@ -201,9 +229,13 @@ def run_generate(args, encoder, hparams, params):
             sys.stdout.flush()
     if first_token_time is None:  # no step at all (--n-tokens 0)
         first_token_time = time.perf_counter()
-    elapsed = time.perf_counter() - start
-    finish = ["endoftext" if s and s[-1] == stop else "length" for s in samples]
-    samples = [s[:-1] if f == "endoftext" else s for s, f in zip(samples, finish)]
+    if stream:
+        print(utf8.decode(b"", final=True))
+    return samples, alternatives, first_token_time
+
+
+def print_samples(args, encoder, prompt_ids, samples, finish, alternatives):
+    """--json: one object; several samples: one after another. (One sample was streamed already.)"""
     if args.json:
         out = {"model": args.model, "prompt_ids": prompt_ids,
                "samples": [{"ids": s, "text": encoder.decode(s), "finish": f} for s, f in zip(samples, finish)]}
@@ -211,17 +243,9 @@ def run_generate(args, encoder, hparams, params):
             for i, sample in enumerate(out["samples"]):
                 sample["top"] = [step[i] for step in alternatives[:len(sample["ids"])]]
         print(json.dumps(out))
-    elif stream:
-        print(utf8.decode(b"", final=True))
-    else:
+    elif args.n_samples > 1:
         for i, s in enumerate(samples):
             print(f"{'=' * 20} SAMPLE {i + 1} {'=' * 20}\n{args.prompt}{encoder.decode(s)}")
-    n = sum(len(s) for s in samples)
-    if not args.quiet and n:
-        after_first = elapsed - (first_token_time - start)
-        print(f"[{plural(n, 'token')} in {elapsed:.2f} s: prompt of {plural(len(prompt_ids), 'token')} and first "
-              f"token in {first_token_time - start:.2f} s, then {(n - args.n_samples) / max(after_first, 1e-9):.1f} "
-              f"tokens/s]", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------
@@ -245,7 +269,7 @@ def run_score(args, encoder, hparams, params):
     print(f"{'token':<20}{'id':>7}{'log p':>10}")
     for i, token in enumerate(ids):
         lp = "" if i == 0 else f"{logprobs[i - 1]:10.4f}"
-        print(f"{encoder.decode([token]).translate(bpe.SHOW)!r:<20}{token:>7}{lp:>10}")
+        print(f"{quoted_token(encoder, token):<20}{token:>7}{lp:>10}")
     print(f"loss {loss:.4f} nats/token over {len(ids) - 1} predictions, perplexity {perplexity:.2f}")
 
 
@@ -255,7 +279,7 @@ def run_score(args, encoder, hparams, params):
 
 def trace_flags(p):
     p.add_argument("--trace", action="store_true", help="run one forward pass on the prompt and print "
-                                                        "every stage's shape and statistics")
+                                                        "every stage's shape and statistics (--json: the numbers)")
     p.add_argument("--trace-block", type=int, default=None, help="with --trace: only this block")
 
 
@@ -263,18 +287,31 @@ def run_trace(args, encoder, hparams, params):
     if args.trace_block is not None and not 0 <= args.trace_block < hparams["n_layer"]:
         raise UserError(f"must be in 0..{hparams['n_layer'] - 1}", arg="trace_block")
     blocks = None if args.trace_block is None else {args.trace_block}
-    print_trace(look_inside.trace(encoder.encode(args.prompt), params, hparams, blocks))
+    ids = encoder.encode(args.prompt)
+    stages = look_inside.trace(ids, params, hparams, blocks)
+    if args.json:
+        print(json.dumps({"ids": ids, "stages": [
+            {"name": name, "shape": list(a.shape), **dict(zip(("mean", "std", "min", "max"), stage_stats(a)))}
+            for name, a in stages]}))
+    else:
+        print_trace(stages)
 
 
 TRACE_COLUMNS = (("stage", 34), ("shape", 22), ("mean", 13), ("std", 13), ("min", 13), ("max", 13))
 
 
+def stage_stats(a):
+    """(mean, std, min, max) over the finite values (masked scores are -inf); None for each if there are none."""
+    finite = a[np.isfinite(a)].astype(np.float64)  # float64 only for the statistics
+    return (float(finite.mean()), float(finite.std()), float(finite.min()), float(finite.max())) if finite.size \
+        else (None,) * 4
+
+
 def print_trace(stages):
-    """One row a stage; the statistics are over the finite values (masked scores are -inf)."""
+    """One row a stage."""
     print("".join(f"{name:<{w}}" if i < 2 else f"{name:>{w}}" for i, (name, w) in enumerate(TRACE_COLUMNS)))
     for name, a in stages:
-        finite = a[np.isfinite(a)].astype(np.float64)  # float64 only for the statistics
-        stats = (finite.mean(), finite.std(), finite.min(), finite.max()) if finite.size else (np.nan,) * 4
+        stats = [np.nan if v is None else v for v in stage_stats(a)]
         print(f"{name:<34}{str(list(a.shape)):<22}" + "".join(f" {v:>12.6g}" for v in stats))
 
 
@@ -284,8 +321,9 @@ def print_trace(stages):
 
 def look_inside_flags(p):
     p.add_argument("--top", type=int, default=None, metavar="K",
-                   help="the K most likely next tokens after the prompt, with their probabilities; with --json, "
-                        "while generating: each step's K most likely tokens after temperature, top-k and top-p")
+                   help="the K most likely next tokens after the prompt, with their probabilities; with --html: the "
+                        "page's table holds K (default 10); with --json, while generating: each step's K most likely "
+                        "tokens after temperature, top-k and top-p")
     p.add_argument("--lens", action="store_true", help="the logit lens: each layer's top next token at each "
                                                        "position (--json: the numbers)")
     p.add_argument("--html", metavar="FILE", help="write one self-contained page: the tokens, every head's "
@@ -293,7 +331,13 @@ def look_inside_flags(p):
 
 
 def shown_token(encoder, i):
+    """A token's text for a table cell: control characters escaped, a newline as \\n."""
     return encoder.decode([int(i)]).translate(bpe.SHOW)
+
+
+def quoted_token(encoder, i):
+    """A token's text in quotes, a newline escaped once: '\\n' (repr does the escaping)."""
+    return repr(encoder.decode([int(i)]))
 
 
 def top_entries(encoder, probs, k):
@@ -307,10 +351,10 @@ def run_top(args, encoder, hparams, params):
     ids = start_ids(args, encoder)
     logits = g.gpt2(ids, params, hparams["n_head"], last_only=True, eps=g.layer_norm_eps(hparams))[-1]
     top, probs, logprobs = look_inside.next_token_table(logits, args.top)
-    print(f"after {plural(len(ids), 'token')}, ...{shown_token(encoder, ids[-1])!r}:")
+    print(f"after {plural(len(ids), 'token')}, ...{quoted_token(encoder, ids[-1])}:")
     print(f"{'rank':>4}  {'token':<20}{'id':>7}{'prob':>10}{'log p':>10}")
     for rank, (i, p, lp) in enumerate(zip(top, probs, logprobs), start=1):
-        print(f"{rank:>4}  {shown_token(encoder, i)!r:<20}{int(i):>7}{p:>10.4f}{lp:>10.4f}")
+        print(f"{rank:>4}  {quoted_token(encoder, i):<20}{int(i):>7}{p:>10.4f}{lp:>10.4f}")
 
 
 def run_lens(args, encoder, hparams, params):
@@ -344,7 +388,8 @@ def run_html(args, encoder, hparams, params):
     if len(ids) > hparams["n_ctx"]:
         raise UserError(f"the text has {len(ids)} tokens; the model reads at most {hparams['n_ctx']}")
     title = os.path.basename(os.path.normpath(args.model))  # a size, or the folder's name
-    size = html_page.write_page(args.html, ids, encoder, params, hparams, title=title)
+    n_next = args.top or html_page.N_NEXT  # --html FILE --top K: the next-token table's rows
+    size = html_page.write_page(args.html, ids, encoder, params, hparams, title=title, n_next=n_next)
     print(f"{args.html}: {size:,} bytes")
 
 

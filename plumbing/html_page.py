@@ -46,8 +46,9 @@ def render_page(data):
     return PAGE.replace("{{TITLE}}", html.escape(data["title"])).replace("{{DATA}}", payload)
 
 
-def write_page(path, ids, encoder, params, hparams, title="GPT-2"):
-    """Run the model on ids, write the page to path (whole, or not at all); -> its size in bytes."""
+def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT):
+    """Run the model on ids, write the page to path (whole, or not at all); -> its size in bytes.
+    n_next: the rows of the next-token table."""
     L, H, T = hparams["n_layer"], hparams["n_head"], len(ids)
     estimate = L * H * T * T * 4 // 3
     if estimate > MAX_BYTES:
@@ -57,7 +58,7 @@ def write_page(path, ids, encoder, params, hparams, title="GPT-2"):
     logits, cache = look_inside.run_with_cache([ids], params, hparams, names=names)  # the one forward pass
     patterns = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(L)])  # [L, H, T, T]
     lens = look_inside.logit_lens([ids], params, hparams, run=(logits, cache))
-    top, probs, logprobs = look_inside.next_token_table(logits[0, -1], N_NEXT)
+    top, probs, logprobs = look_inside.next_token_table(logits[0, -1], n_next)
     data = page_data([encoder.decode([i]) for i in ids], patterns,
                      [[encoder.decode([int(i)]) for i in row] for row in lens["top"][:, 0]], lens["top_prob"][:, 0],
                      look_inside.lens_labels(L),

@@ -16,6 +16,7 @@ import bpe
 import download
 from plumbing import hf_model, hub
 from plumbing.checkpoint import load_checkpoint
+from plumbing.errors import UserError
 
 
 def model_folder(model, models_dir=None):
@@ -47,4 +48,8 @@ def load_model(model="124M", models_dir=None, base_url=None, quiet=False):
     a Hugging Face folder, or hf:owner/name from the Hub."""
     folder = fetch_model(model, models_dir, base_url, quiet=quiet)
     hparams, params = load_weights(folder)
-    return bpe.get_encoder(folder), hparams, params
+    encoder = bpe.get_encoder(folder)
+    if encoder.n_vocab > hparams["n_vocab"]:  # it would make ids that the model has no row for
+        raise UserError(f"its vocabulary has {encoder.n_vocab:,} ids, its model {hparams['n_vocab']:,}: the "
+                        "tokenizer's files and the weights come from different models", path=folder)
+    return encoder, hparams, params

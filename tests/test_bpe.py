@@ -242,7 +242,7 @@ def test_decode_accepts_numpy_integers(encoder):
 
 def test_pieces_and_stretches_are_cached(encoder):
     encoder.encode("a cachedword, again")
-    assert encoder.cache[" cachedword"] == encoder.encode_piece(" cachedword")
+    assert encoder.merged_pieces[" cachedword"] == encoder.encode_piece(" cachedword")
     assert list(encoder.stretches[" cachedword,"]) == encoder.encode(" cachedword,")
 
 
@@ -349,3 +349,15 @@ def test_cli_errors_are_one_line_and_exit_2(args, message):
     r = run_bpe(*args)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_shows_a_newline_escaped_once():
+    r = run_bpe("--steps", "a\nb")
+    assert r.returncode == 0 and "piece '\\n': 1 bytes" in r.stdout.splitlines()
+    assert run_bpe("a\n\tb").stdout.splitlines()[0] == "a|\\n|\\t|b"
+
+
+def test_help_names_every_command():
+    r = run_bpe("--help")
+    description = r.stdout.split("\n\n")[1]
+    assert r.returncode == 0 and all(flag in description for flag in ("--steps", "--ids", "--train"))

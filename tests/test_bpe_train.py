@@ -3,6 +3,7 @@
 files GPT-2's own format, which tiktoken's loader reads."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -145,3 +146,68 @@ def test_training_that_would_spell_a_token_twice_stops_and_says_where(monkeypatc
     with pytest.raises(bpe.UserError, match=r"merge 4 spells b'abc' a second time, which GPT-2's files cannot hold: "
                                             r"use --vocab-size 260 or less"):
         bpe.train_vocab("abc", 261)
+
+
+def test_with_many_ties_the_fast_trainer_still_equals_the_plain_to_the_last_merge():
+    """Late in training most pairs are tied at a count of 1 or 2: the tie still goes to the pair
+    first in the text, merge after merge, until no pair is left."""
+    import random
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcde") for _ in range(rng.randint(1, 7))) for _ in range(300)]
+    text = " ".join(rng.choice(words) for _ in range(1500))
+    plain = bpe.train_merges(text, 10 ** 6)
+    assert len(plain) > 200 and bpe.train_merges_fast(text, 10 ** 6) == plain
+    assert bpe.train_merges_fast(text, 150) == plain[:150]
+
+
+def test_training_stops_when_no_pair_is_left_and_says_how_many_merges(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("abab abab cdcd", encoding="utf-8")
+    r = run_bpe("--train", str(text), "--vocab-size", "1000000000", "--out", str(tmp_path / "out"), "--quiet")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "only enough distinct pairs for 6 merges, not the 999,999,743" in r.stderr and "--vocab-size 263" in r.stderr
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_out_is_checked_before_training(tmp_path):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    r = run_bpe("--train", os.path.join(ROOT, "data", "tinyshakespeare.txt"), "--vocab-size", "20000",
+                "--out", str(taken))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "taken: already exists" in r.stderr, r.stderr
+    assert "learning" not in r.stderr  # refused before any merge was learned
+    assert os.listdir(taken) == ["notes.txt"]
+    r = run_bpe("--train", os.path.join(ROOT, "data", "tinyshakespeare.txt"), "--vocab-size", "300",
+                "--out", str(tmp_path / "no" / "such" / "v"))
+    assert r.returncode == 2 and "parent folder" in r.stderr and "does not exist" in r.stderr, r.stderr
+
+
+def test_without_a_terminal_training_says_what_it_does_in_plain_lines(tmp_path, capsys):
+    with bpe.merge_progress(3, quiet=False, every=0) as on_merge:
+        for k in range(3):
+            on_merge(k)
+    assert capsys.readouterr().err.splitlines()[0] == "learning up to 3 merges"
+    with bpe.merge_progress(3, quiet=False, every=0) as on_merge:
+        on_merge(0)
+    assert capsys.readouterr().err.splitlines()[1].startswith("merge 1/3 (33%), ")  # plumbing/progress.py's line
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat; the cat ate the rat. " * 20, encoding="utf-8")
+    r = run_bpe("--train", str(text), "--vocab-size", "270", "--out", str(tmp_path / "v"))
+    assert r.returncode == 0 and r.stderr.splitlines()[0] == "learning up to 13 merges", r.stderr
+    assert "\r" not in r.stderr  # no bar drawn into a log
+    quiet = run_bpe("--train", str(text), "--vocab-size", "270", "--out", str(tmp_path / "w"), "--quiet")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_ctrl_c_during_training_is_one_line_and_exit_130(tmp_path):
+    out = tmp_path / "v"
+    corpus = os.path.join(ROOT, "data", "tinyshakespeare.txt")
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "bpe.py"), "--train", corpus, "--vocab-size", "20000",
+                          "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stderr.readline().startswith("learning up to 19,743 merges")  # training has begun
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 130 and stderr == "interrupted\n" and stdout == "", stderr
+    assert not out.exists() and not [f for f in os.listdir(tmp_path) if f.startswith(".writing-")]

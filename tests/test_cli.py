@@ -415,3 +415,70 @@ def test_text_given_to_the_api_instead_of_ids_says_how_to_get_ids():
                  lambda: g.gpt2("Hello", None, 2), lambda: g.gpt2(np.array(["Hello"]), None, 2)):
         with pytest.raises(TypeError, match=r"takes token ids, not text: ids = encoder.encode\(text\)"):
             call()
+
+
+# --- two readings at once: refused in one line, or combined where that is what is meant ---------
+
+@pytest.mark.parametrize("args, message", [
+    (["--lens", "--html", "x.html", "hi"], "--html's page shows the logit lens too: give --lens for the table, or "
+                                           "--html FILE for the page"),
+    (["--trace", "--html", "x.html", "hi"], "--trace and --html are two readings of the text: give one of them"),
+    (["--score", "--top", "3", "hi"], "--score and --top are two readings of the text: give one of them"),
+    (["--score", "--lens", "hi"], "--score and --lens are two readings of the text: give one of them"),
+    (["--params", "124M", "--score", "hi"], "--params and --score are two readings of the text: give one of them"),
+    (["--json", "--html", "x.html", "hi"], "--html writes no JSON: leave out --json"),
+    (["--json", "--params", "124M"], "--params writes no JSON: leave out --json"),
+    (["--score", "--json", "--top", "3", "hi"], "--top with --json is for generating text; --score reads the text once"),
+])
+def test_two_readings_that_disagree_are_one_line(args, message, tmp_path):
+    r = run(*args, cwd=tmp_path)
+    assert_one_line_error(r, message)
+    assert r.stdout == b"" and not (tmp_path / "x.html").exists()
+
+
+def test_html_with_top_k_gives_the_page_k_next_tokens(site, tmp_path):
+    mirror, models = site
+    page = tmp_path / "inside.html"
+    r = run("The cat sat on the mat", "--models-dir", models, "--html", str(page), "--top", "5")
+    assert r.returncode == 0, text(r)[1]
+    html = page.read_text(encoding="utf-8")
+    data = json.loads(html.split('<script type="application/json" id="data">')[1].split("</script>")[0])
+    assert len(data["next"]) == 5
+    plain = tmp_path / "plain.html"
+    assert run("The cat sat on the mat", "--models-dir", models, "--html", str(plain)).returncode == 0
+    plain_data = plain.read_text(encoding="utf-8").split('id="data">')[1].split("</script>")[0]
+    assert len(json.loads(plain_data)["next"]) == 10 and json.loads(plain_data)["next"][:5] == data["next"]
+
+
+def test_trace_as_json_is_the_tables_numbers(site):
+    mirror, models = site
+    table = text(run("Hello, world", "--models-dir", models, "--trace"))[0].splitlines()[1:]
+    out = json.loads(text(run("Hello, world", "--models-dir", models, "--trace", "--json"))[0])
+    assert len(out["stages"]) == len(table) and out["ids"] == [15496, 11, 995]
+    for stage, line in zip(out["stages"], table):
+        assert line[:34].strip() == stage["name"] and line[34:56].strip() == str(stage["shape"])
+        assert [float(v) for v in line[56:].split()] == pytest.approx(
+            [stage[k] for k in ("mean", "std", "min", "max")], rel=1e-5, abs=1e-30)
+
+
+def test_a_newline_token_is_escaped_once(site, encoder):
+    mirror, models = site
+    assert encoder.encode("Hello\n")[-1] == 198
+    out = text(run("Hello\n", "--models-dir", models, "--top", "2"))[0]
+    assert out.splitlines()[0] == "after 2 tokens, ...'\\n':"
+    assert gpt2_cli.quoted_token(encoder, 198) == "'\\n'" and gpt2_cli.quoted_token(encoder, 197) == "'\\t'"
+    rows = text(run("Hello\nworld", "--models-dir", models, "--score"))[0].splitlines()
+    assert rows[2].split()[:2] == ["'\\n'", "198"]
+
+
+def test_help_describes_every_command():
+    r = run_plain("--help")
+    description = text(r)[0].split("\n\n")[1]
+    assert all(flag in description for flag in ("--score", "--params", "--trace", "--top", "--lens", "--html"))
+
+
+def test_a_vocabulary_with_more_ids_than_the_model_names_the_folder(tmp_path):
+    folder = model_folder_copy("odd", str(tmp_path / "odd"))  # a 96-id model beside GPT-2's 50,257-id vocabulary
+    assert_one_line_error(run("hi", "--model", folder, "--quiet"),
+                          f"{folder}: its vocabulary has 50,257 ids, its model 96: the tokenizer's files and the "
+                          "weights come from different models")
