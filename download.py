@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import requests
 from tqdm import tqdm
 
+from bpe import TOKENIZER_FILES
 from plumbing import hf_model, model_files, safetensors_reader, shapes
 from plumbing.checkpoint import DATA_SUFFIX, CheckpointError, checkpoint_prefix, verify_checkpoint
 from plumbing.errors import UserError, fail
@@ -168,7 +169,7 @@ def check_user_folder(folder):
              ("encoder.json", os.path.join(folder, "encoder.json")), ("vocab.bpe", os.path.join(folder, "vocab.bpe")),
              ("model.ckpt.index", prefix + ".index"), (DATA_FILE, prefix + DATA_SUFFIX)]
     tokenizer = tokenizer_files(folder)
-    if tokenizer and not any(os.path.exists(path) for name, path in files if name not in hf_model.TOKENIZER_FILES):
+    if tokenizer and not any(os.path.exists(path) for name, path in files if name not in TOKENIZER_FILES):
         raise DownloadError(f"a tokenizer folder ({' and '.join(tokenizer)}, no weights), not a model: --model "
                             "needs a model folder (hparams.json and model.ckpt.*, or config.json and "
                             "model.safetensors); train.py --from-scratch --tokenizer takes a tokenizer folder",
@@ -193,7 +194,7 @@ def check_user_folder(folder):
 
 def tokenizer_files(folder):
     """The names of the tokenizer's two files in this folder (OpenAI's, or Hugging Face's), or None."""
-    for names in (tuple(hf_model.TOKENIZER_FILES), tuple(hf_model.TOKENIZER_FILES.values())):
+    for names in (tuple(TOKENIZER_FILES), tuple(TOKENIZER_FILES.values())):
         if all(os.path.exists(os.path.join(folder, name)) for name in names):
             return names
     return None

@@ -28,7 +28,7 @@ from plumbing import shapes
 from plumbing.crc32c import masked_crc32c
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
-from plumbing.hf_model import TOKENIZER_FILES
+from bpe import TOKENIZER_FILES
 
 DATA_SUFFIX = ".data-00000-of-00001"
 

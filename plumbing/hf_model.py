@@ -23,8 +23,6 @@ from plumbing.errors import UserError, read_json
 from plumbing.safetensors_reader import load_folder
 
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # two names for GPT-2's tanh approximation
-# OpenAI's tokenizer files -> Hugging Face's names for them: the same two tables (token -> id, the merges)
-TOKENIZER_FILES = {"encoder.json": "vocab.json", "vocab.bpe": "merges.txt"}
 DEFAULT_EPS = 1e-5
 
 

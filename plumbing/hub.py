@@ -18,7 +18,7 @@ import re
 
 from download import DownloadError, NotFound, default_models_dir, downloading_into, fetch_file
 from plumbing import model_files
-from plumbing.hf_model import TOKENIZER_FILES
+from bpe import TOKENIZER_FILES
 from plumbing.model_files import BadFile
 from plumbing.safetensors_reader import SafetensorsError, read_header
 
