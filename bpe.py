@@ -38,7 +38,7 @@ from operator import itemgetter
 import regex
 
 from plumbing import corpus
-from plumbing.errors import UserError, fail
+from plumbing.errors import UserError, exit_status, fail
 from plumbing.folders import check_new_folder, whole_folder
 from plumbing.progress import EVERY, progress
 
@@ -602,22 +602,17 @@ def run_show(enc, text, steps):
 def main(argv=None):
     args = parse_args(argv)
     sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'
-    try:
-        if args.train is not None:
-            run_train(args)
-        elif args.ids:
-            run_ids(get_encoder(args.vocab_dir), args.text)
-        else:
-            run_show(get_encoder(args.vocab_dir), " ".join(args.text), args.steps)
-    except UserError as e:
-        fail(str(e))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    return 0
+    return exit_status(lambda: run(args))
+
+
+def run(args):
+    """The one thing the command line asked for."""
+    if args.train is not None:
+        run_train(args)
+    elif args.ids:
+        run_ids(get_encoder(args.vocab_dir), args.text)
+    else:
+        run_show(get_encoder(args.vocab_dir), " ".join(args.text), args.steps)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from bpe import TOKENIZER_FILES
 from plumbing import hf_model, model_files, safetensors_reader, shapes
 from plumbing.checkpoint import DATA_SUFFIX, CheckpointError, checkpoint_prefix, verify_checkpoint
-from plumbing.errors import UserError, fail
+from plumbing.errors import UserError, exit_status, fail
 from plumbing.model_files import DATA_FILE, MODEL_FILES, BadFile, WebPage
 
 try:
@@ -498,20 +498,18 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.retries < 1:
         fail("--retries must be at least 1")
-    try:
-        if args.verify:
-            print(verify(args.model, args.models_dir, args.quiet))
-        else:
-            if args.model.startswith("hf:"):  # hub.py downloads on this file's downloader, so not from here
-                raise UserError(f"{args.model} is a Hub model: python gpt2_numpy.py --model {args.model} \"prompt\" "
-                                "downloads it on first use")
-            print(download_model(args.model, args.models_dir, args.base_url, args.quiet, tries=args.retries))
-    except UserError as e:
-        fail(str(e))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0
+    return exit_status(lambda: run(args))
+
+
+def run(args):
+    """--verify, or the download."""
+    if args.verify:
+        print(verify(args.model, args.models_dir, args.quiet))
+    elif args.model.startswith("hf:"):  # hub.py downloads on this file's downloader, so not from here
+        raise UserError(f"{args.model} is a Hub model: python gpt2_numpy.py --model {args.model} \"prompt\" "
+                        "downloads it on first use")
+    else:
+        print(download_model(args.model, args.models_dir, args.base_url, args.quiet, tries=args.retries))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ is never caught, so it shows its traceback. (A matmul with mismatched shapes is 
 ValueError from NumPy, but not a UserError: you see where it happened.)
 """
 import json
+import os
 import sys
 
 
@@ -26,6 +27,22 @@ def fail(message):
     """Report a user's mistake on the command line: one line on stderr, exit status 2."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def exit_status(work, message=str):
+    """How every command ends: work()'s exit status (None is 0). A user's mistake is one line and
+    status 2 (`fail`, with message(e)); Ctrl-C is one line and 130; a reader that went away
+    (`| head`) is a quiet stop. A bug is not caught here: it shows its traceback."""
+    try:
+        return work() or 0
+    except UserError as e:
+        fail(message(e))
+    except KeyboardInterrupt:  # on a terminal the line may hold a bar or streamed text: start a new one
+        print("\ninterrupted" if sys.stderr.isatty() else "interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def given_flags(parser, argv):

@@ -25,7 +25,7 @@ import look_inside
 import parameters
 from plumbing import loading, shapes
 from plumbing.checkpoint import load_checkpoint
-from plumbing.errors import UserError, fail, given_flags
+from plumbing.errors import UserError, exit_status, fail, given_flags
 
 # The Python API's argument names, as the command line spells them.
 FLAGS = {"n_tokens": "--n-tokens", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
@@ -127,31 +127,26 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     use_threads(args.threads)
     sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'
-    try:
-        if args.params is not None:
-            return print_params(args.params, args.models_dir)
-        encoder, hparams, params = loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
-        if args.trace:
-            run_trace(args, encoder, hparams, params)
-        elif args.lens:
-            run_lens(args, encoder, hparams, params)
-        elif args.html:
-            run_html(args, encoder, hparams, params)
-        elif args.top is not None and not args.json:
-            run_top(args, encoder, hparams, params)
-        elif args.score:
-            run_score(args, encoder, hparams, params)
-        else:
-            run_generate(args, encoder, hparams, params)
-    except UserError as e:
-        fail(user_message(e))
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    return 0
+    return exit_status(lambda: run(args), user_message)
+
+
+def run(args):
+    """The reading or the generation the flags ask for, on the model they name."""
+    if args.params is not None:
+        return print_params(args.params, args.models_dir)
+    encoder, hparams, params = loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    if args.trace:
+        run_trace(args, encoder, hparams, params)
+    elif args.lens:
+        run_lens(args, encoder, hparams, params)
+    elif args.html:
+        run_html(args, encoder, hparams, params)
+    elif args.top is not None and not args.json:
+        run_top(args, encoder, hparams, params)
+    elif args.score:
+        run_score(args, encoder, hparams, params)
+    else:
+        run_generate(args, encoder, hparams, params)
 
 
 # ----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import parameters
 import train
 from plumbing import corpus, loading, shapes
 from plumbing.checkpoint import check_writable
-from plumbing.errors import UserError, fail, given_flags, read_json
+from plumbing.errors import UserError, exit_status, fail, given_flags, read_json
 from plumbing.folders import check_new_folder
 from plumbing.memory import available_memory
 
@@ -249,10 +249,4 @@ def run(args):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(args)
-    except UserError as e:
-        fail(str(e))
-    except KeyboardInterrupt:  # before the loop (reading, tokenising, loading); in it, the loop saves first
-        print("\ninterrupted", file=sys.stderr)
-        return 130
+    return exit_status(lambda: run(args))  # Ctrl-C in the loop saves first; before it, it is one line

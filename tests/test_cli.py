@@ -482,3 +482,28 @@ def test_a_vocabulary_with_more_ids_than_the_model_names_the_folder(tmp_path):
     assert_one_line_error(run("hi", "--model", folder, "--quiet"),
                           f"{folder}: its vocabulary has 50,257 ids, its model 96: the tokenizer's files and the "
                           "weights come from different models")
+
+
+def test_every_command_ends_the_same_way(capsys):
+    """plumbing.errors.exit_status, which gpt2_numpy.py, bpe.py, train.py and download.py all end through."""
+    from plumbing.errors import UserError, exit_status
+
+    assert exit_status(lambda: None) == 0 and exit_status(lambda: 3) == 3
+
+    def mistake():
+        raise UserError("is not a size", arg="--model")
+
+    with pytest.raises(SystemExit) as e:
+        exit_status(mistake)
+    assert e.value.code == 2 and capsys.readouterr().err == "error: --model is not a size\n"
+
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    assert exit_status(ctrl_c) == 130 and capsys.readouterr().err == "interrupted\n"  # stderr is no terminal here
+
+    def bug():
+        raise ValueError("matmul: shapes do not match")
+
+    with pytest.raises(ValueError, match="matmul"):  # a bug is not a user's mistake: its traceback shows
+        exit_status(bug)
