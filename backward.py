@@ -39,7 +39,6 @@ KEPT = ("resid_pre", "ln_1", "attn.q", "attn.k", "attn.v", "attn.weights", "attn
 DROPPED = ("attn.weights", "attn.out", "mlp.out")  # per block, where GPT-2 has dropout; and the embeddings
 
 
-
 # ============================================================================
 # 1. Building blocks
 # ============================================================================
@@ -114,18 +113,18 @@ def ffn_backward(x, h, a, c_fc, c_proj, dy):
 def apply_dropout(x, p_drop, rng):
     """Zero each element with probability p_drop and scale the rest by 1 / (1 - p_drop), so the mean is kept.
     x [...] -> (y [...], the mask [...] of bools: True where an element was kept)"""
-    mask = rng.random(x.shape, dtype=np.float32) >= p_drop
-    y = x * mask
+    drop_mask = rng.random(x.shape, dtype=np.float32) >= p_drop
+    y = x * drop_mask
     y *= 1.0 / (1.0 - p_drop)
-    return y, mask
+    return y, drop_mask
 
 
-def dropout_backward(mask, p_drop, dy):
-    """y = x · mask / (1 - p_drop):  dx = dy · mask / (1 - p_drop).   mask, dy [...] -> dx [...]
-    With no mask (no dropout there), dx = dy."""
-    if mask is None:
+def dropout_backward(drop_mask, p_drop, dy):
+    """y = x · drop_mask / (1 - p_drop):  dx = dy · drop_mask / (1 - p_drop).   drop_mask, dy [...] -> dx [...]
+    With no drop_mask (no dropout there), dx = dy."""
+    if drop_mask is None:
         return dy
-    dx = dy * mask
+    dx = dy * drop_mask
     dx *= 1.0 / (1.0 - p_drop)
     return dx
 
@@ -134,15 +133,15 @@ def dropout_backward(mask, p_drop, dy):
 # 2. Attention
 # ============================================================================
 
-def attention_backward(q, k, v, weights, dz, mask=None, p_drop=0.0):
-    """z = weights v, weights = softmax(q kᵀ/√D + mask):
+def attention_backward(q, k, v, weights, dz, drop_mask=None, p_drop=0.0):
+    """z = weights v, weights = softmax(q kᵀ/√D + the causal mask):
     dv = weightsᵀ dz,  dweights = dz vᵀ,  dscores = softmax_backward,  dq = dscores k/√D,  dk = dscoresᵀ q/√D
     q [B, H, T, D], weights [B, H, T, T], dz [B, H, T, D] -> dq, dk, dv [B, H, T, D]
-    With dropout on the weights (its mask, p_drop), z was made from the dropped weights instead."""
+    With dropout on the weights (its drop_mask, p_drop), z was made from the dropped weights instead."""
     scale = 1.0 / math.sqrt(q.shape[-1])
-    used = weights if mask is None else dropout_backward(mask, p_drop, weights)  # the same mask and scale
+    used = weights if drop_mask is None else dropout_backward(drop_mask, p_drop, weights)  # the same mask and scale
     dv = used.swapaxes(-1, -2) @ dz
-    dscores = in_chunks(softmax_backward, weights, dropout_backward(mask, p_drop, dz @ v.swapaxes(-1, -2)))
+    dscores = in_chunks(softmax_backward, weights, dropout_backward(drop_mask, p_drop, dz @ v.swapaxes(-1, -2)))
     return dscores @ k * scale, dscores.swapaxes(-1, -2) @ q * scale, dv
 
 

@@ -206,7 +206,7 @@ class Encoder:
 
     def encode(self, text, allowed_special=()):
         """Text -> ids. '<|endoftext|>' in the text is ordinary text unless
-        allowed_special contains it (or is "all"): then it becomes its id, 50256."""
+        allowed_special contains it (or is "all"): then it becomes its id (self.eot: 50256 in GPT-2's)."""
         if allowed_special == "all" or ENDOFTEXT in allowed_special:
             if self.eot is None:
                 raise UserError(f"this vocabulary has no {ENDOFTEXT}")
@@ -498,7 +498,7 @@ def train_vocab(text, vocab_size, quiet=True):
     return merges
 
 
-# The one place where training shows its progress: a shared progress helper can replace it.
+# The one place where training shows its progress.
 
 
 @contextlib.contextmanager
@@ -574,7 +574,7 @@ def parse_args(argv):
 def run_train(args):
     """--train: check --out first, learn the merges, write the two files."""
     check_new_folder(args.out)
-    merges = train_vocab(corpus.join_documents(corpus.read_documents(args.train)), args.vocab_size, args.quiet)
+    merges = train_vocab(corpus.read_corpus(args.train), args.vocab_size, args.quiet)
     write_vocab(args.out, merges)
     print(f"{args.out}: {args.vocab_size} ids ({len(merges)} merges); "
           f"python bpe.py --vocab-dir {args.out} \"text\" uses it")

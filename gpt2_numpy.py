@@ -255,7 +255,7 @@ def check_not_text(ids):
     """The model reads token ids; text given by mistake gets a TypeError saying how to make them."""
     if isinstance(ids, (str, bytes)) or (isinstance(ids, np.ndarray) and ids.dtype.kind in "SU"):
         raise TypeError("the model takes token ids, not text: ids = encoder.encode(text), with the encoder "
-                        "from loading.load_model(...) or bpe.get_encoder(folder)")
+                        "from plumbing.loading.load_model(...) or bpe.get_encoder(folder)")
 
 
 def check_ids(ids, n_vocab, end, n_ctx):

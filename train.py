@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from backward import loss_and_grads
-from gpt2_numpy import generate, gpt2, next_token_loss
+from gpt2_numpy import LAYER_NORM_EPS, generate, gpt2, layer_norm_eps, next_token_loss
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate
 import parameters
 from plumbing import shapes
@@ -118,15 +118,16 @@ def accumulate(total, grads):
 
 
 def train_step(params, n_head, state, train_ids, step, *, steps, batch_size, context, accum, lr, min_lr_ratio,
-               warmup, weight_decay, grad_clip, dropout, seed, beta2=0.999, buffers=None):
+               warmup, weight_decay, grad_clip, dropout, seed, beta2=0.999, buffers=None, eps=LAYER_NORM_EPS):
     """One step: the gradients of `accum` micro-batches, clipping, AdamW. -> the mean loss.
     The batches and the dropout depend on the seed and the step only, so a resumed run is the
-    same run. buffers: a dict whose big arrays are made once and reused (backward.loss_and_grads)."""
+    same run. buffers: a dict whose big arrays are made once and reused (backward.loss_and_grads);
+    eps: the layer norms' (layer_norm_eps(hparams))."""
     rng = np.random.default_rng([seed, step])
     total, loss = None, 0.0
     for _ in range(accum):
         x, y = batch(train_ids, batch_size, context, rng)
-        micro, grads = loss_and_grads(x, y, params, n_head, dropout, rng, buffers)
+        micro, grads = loss_and_grads(x, y, params, n_head, dropout, rng, buffers, eps)
         total = grads if accum == 1 else accumulate(total, grads)
         loss += micro / accum
     if accum > 1:
@@ -148,19 +149,20 @@ def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, v
     the save into `out` as the step's number calls for them; Ctrl-C saves the last step done.
     recipe: train_step's settings; vocab: the folder whose tokenizer files each save copies; config:
     the run's flags, saved with it. -> 0, or 130 after Ctrl-C."""
-    steps, n_head, first = recipe["steps"], hparams["n_head"], state["step"]
+    steps, n_head, first, eps = recipe["steps"], hparams["n_head"], state["step"], layer_norm_eps(hparams)
+    start_ids = [] if encoder.eot is not None else train_ids[:1].tolist()  # a sample starts after <|endoftext|>
     tokens = recipe["batch_size"] * recipe["accum"] * recipe["context"]  # a step's
     bar, buffers = progress(steps, "step", initial=first, quiet=quiet), {}  # buffers: a step's big arrays, made once
     try:
         for step in range(first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
             start = time.perf_counter()
-            loss = train_step(params, n_head, state, train_ids, step - 1, buffers=buffers, **recipe)
+            loss = train_step(params, n_head, state, train_ids, step - 1, buffers=buffers, eps=eps, **recipe)
             bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
             bar.update(1)
             if step % eval_every == 0 or step == steps:
-                bar.write(report(step, loss, params, n_head, val_ids, recipe["context"]))
+                bar.write(report(step, loss, params, n_head, val_ids, recipe["context"], eps))
             if step % sample_every == 0:
-                bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'])!r}")
+                bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
             if step % save_every == 0 or step == steps:
                 save(out, params, hparams, state, vocab, config)
     except KeyboardInterrupt:
@@ -175,28 +177,30 @@ def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, v
     return 0
 
 
-def report(step, loss, params, n_head, val_ids, context):
+def report(step, loss, params, n_head, val_ids, context, eps=LAYER_NORM_EPS):
     """`step 50: train loss 3.2104, validation loss 3.4511` (no validation part when nothing is held out)."""
     text = f"step {step}: train loss {loss:.4f}"
     if len(val_ids):
-        text += f", validation loss {validation_loss(params, n_head, val_ids, context):.4f}"
+        text += f", validation loss {validation_loss(params, n_head, val_ids, context, eps=eps):.4f}"
     return text
 
 
-def sample(params, hparams, encoder, seed, n_tokens=30):
-    """A short text from nothing (top-k 40), to read what the model has learned so far."""
-    ids = np.concatenate(list(generate([], params, hparams, min(n_tokens, hparams["n_ctx"] - 1), seed=seed, top_k=40,
+def sample(params, hparams, encoder, seed, start_ids=(), n_tokens=30):
+    """A short text (top-k 40) after start_ids, or from nothing (after <|endoftext|>), to read what
+    the model has learned so far."""
+    n_tokens = min(n_tokens, hparams["n_ctx"] - max(len(start_ids), 1))
+    ids = np.concatenate(list(generate(list(start_ids), params, hparams, n_tokens, seed=seed, top_k=40,
                                        stop=encoder.eot)))
     return encoder.decode(ids.tolist())
 
 
-def validation_loss(params, n_head, val_ids, context, batches=4, batch_size=4):
+def validation_loss(params, n_head, val_ids, context, batches=4, batch_size=4, eps=LAYER_NORM_EPS):
     """The loss on held-out windows: the forward pass only."""
     rng = np.random.default_rng(0)  # the same windows every time, so the numbers compare
     losses = []
     for _ in range(batches):
         x, y = batch(val_ids, batch_size, context, rng)
-        losses.append(next_token_loss(gpt2(x, params, n_head), y))
+        losses.append(next_token_loss(gpt2(x, params, n_head, eps=eps), y))
     return float(np.mean(losses))
 
 

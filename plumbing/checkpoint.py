@@ -24,11 +24,12 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
+from bpe import TOKENIZER_FILES
+from gpt2_numpy import LAYER_NORM_EPS
 from plumbing import shapes
 from plumbing.crc32c import masked_crc32c
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
-from bpe import TOKENIZER_FILES
 
 DATA_SUFFIX = ".data-00000-of-00001"
 
@@ -460,7 +461,7 @@ def check_writable(hparams, folder):
     """OpenAI's hparams.json has no n_inner nor layer_norm_epsilon: a model whose MLP is not 4·C
     wide, or whose layer norms' eps is not 1e-5 (some Hugging Face models), cannot be written in it."""
     if hparams.get("n_inner", 4 * hparams["n_embd"]) != 4 * hparams["n_embd"] or \
-            hparams.get("layer_norm_epsilon", 1e-5) != 1e-5:
+            hparams.get("layer_norm_epsilon", LAYER_NORM_EPS) != LAYER_NORM_EPS:
         raise CheckpointError("OpenAI's format has no n_inner or layer_norm_epsilon: this model cannot be written "
                               "in it", path=folder)
 

@@ -44,3 +44,8 @@ def folder_documents(folder):
 def join_documents(documents):
     """The documents as one text, SEPARATOR between each two: the one rule for where a document ends."""
     return SEPARATOR.join(documents)
+
+
+def read_corpus(paths):
+    """The text that bpe.py --train and train.py --data learn from: read_documents, joined."""
+    return join_documents(read_documents(paths))

@@ -6,9 +6,10 @@ the coefficients, and the divisor is the Castagnoli polynomial (0x1EDC6F41; writ
 bit-reversed, 0x82F63B78, because the bits are fed lowest first). Python's
 zlib.crc32 uses another polynomial, so it gives other numbers.
 
-    crc32c           the definition: 8 shifts a byte (~1 MB/s in Python)
-    crc32c_by_bytes  one table look-up a byte, the table made from the definition (~11 MB/s)
-    crc32c_fast      65,536 lanes at once with NumPy, then folded into one (~400 MB/s)
+    crc32c           the definition: 8 shifts a byte
+    crc32c_by_bytes  one table look-up a byte, the table made from the definition
+    crc32c_fast      65,536 lanes at once with NumPy, then folded into one (how fast each
+                     is: docs/performance.md)
 
 A test holds all three equal on every length; `masked_crc32c` is the form TensorFlow stores.
 """

@@ -18,12 +18,12 @@ import os
 
 import numpy as np
 
+from gpt2_numpy import LAYER_NORM_EPS
 from plumbing import shapes
 from plumbing.errors import UserError, read_json
 from plumbing.safetensors_reader import load_folder
 
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # two names for GPT-2's tanh approximation
-DEFAULT_EPS = 1e-5
 
 
 class HubFolderError(UserError):
@@ -61,7 +61,7 @@ def read_config(folder):
     if hp["n_embd"] % hp["n_head"]:
         raise HubFolderError(f"n_embd {hp['n_embd']} is not a multiple of n_head {hp['n_head']}", path=path)
     hp["n_inner"] = config.get("n_inner") or 4 * hp["n_embd"]  # null means 4·d
-    hp["layer_norm_epsilon"] = float(config.get("layer_norm_epsilon", DEFAULT_EPS))
+    hp["layer_norm_epsilon"] = float(config.get("layer_norm_epsilon", LAYER_NORM_EPS))
     return hp
 
 

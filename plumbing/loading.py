@@ -1,7 +1,8 @@
 """Loading a model by its name: a released size, a folder on disk, or hf:owner/name from the Hub.
 
-    import gpt2_numpy as g, loading
-    encoder, hparams, params = loading.load_model("124M")
+    import gpt2_numpy as g
+    from plumbing.loading import load_model
+    encoder, hparams, params = load_model("124M")
     ids = encoder.encode("Alan Turing theorized that")
     tokens = [int(t[0]) for t in g.generate(ids, params, hparams, n_tokens=20, seed=0)]
 

@@ -220,7 +220,7 @@ def run(args):
     if args.warmup is None:
         args.warmup = min(20, args.steps // 10)
     new = args.from_scratch and not args.resume
-    text = corpus.join_documents(corpus.read_documents([args.data or train.CORPUS]))
+    text = corpus.read_corpus([args.data or train.CORPUS])
     # a learned vocabulary waits here, beside --out, until each save copies it in
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out)), prefix=".vocab-") as scratch:
         if new:

@@ -521,3 +521,25 @@ def test_the_split_is_stated_once_the_end_of_the_text_held_out(encoder):
     with pytest.raises(UserError, match="too short for a context of 200") as e:
         train.text_ids(encoder, text, 0.25, 200)
     assert "too few for a context of 200 in both" in str(e.value)
+
+
+def test_a_step_and_the_validation_use_the_models_layer_norm_eps():
+    """A Hugging Face model whose config sets layer_norm_epsilon (tests/data/hf/inner: 1e-3) trains and is
+    validated with that eps, as train.train passes it: not GPT-2's 1e-5."""
+    import gpt2_numpy as g
+    from plumbing.hf_model import load_hf_folder
+
+    hp, params, _ = load_hf_folder(os.path.join(DATA, "hf", "inner"))
+    eps = g.layer_norm_eps(hp)
+    assert eps == 1e-3
+    ids = np.random.default_rng(1).integers(0, hp["n_vocab"], 400)
+    recipe = dict(steps=10, batch_size=2, context=8, accum=1, lr=1e-3, min_lr_ratio=0.1, warmup=0, weight_decay=0.1,
+                  grad_clip=1.0, dropout=0.0, seed=0)
+    x, y = train.batch(ids, 2, 8, np.random.default_rng([0, 0]))  # the step's batch: seeded by (seed, step)
+    want = backward.loss_and_grads(x, y, train.trainable(params), hp["n_head"], eps=eps)[0]
+    got = train.train_step(train.trainable(params), hp["n_head"], optimizer.new_adamw_state(params), ids, 0, eps=eps,
+                           **recipe)
+    assert got == pytest.approx(want, rel=1e-6)
+    assert got != pytest.approx(backward.loss_and_grads(x, y, train.trainable(params), hp["n_head"])[0], rel=1e-6)
+    val = train.validation_loss(params, hp["n_head"], ids, 8, eps=eps)
+    assert val != pytest.approx(train.validation_loss(params, hp["n_head"], ids, 8), rel=1e-6)
