@@ -30,7 +30,7 @@ from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate
 import parameters
 from plumbing import shapes
 from plumbing.checkpoint import write_checkpoint
-from plumbing.errors import UserError
+from plumbing.errors import UserError, ctrl_c_waits
 from plumbing.memory import check_fits
 from plumbing.progress import progress
 
@@ -156,7 +156,8 @@ def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, v
     try:
         for step in range(first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
             start = time.perf_counter()
-            loss = train_step(params, n_head, state, train_ids, step - 1, buffers=buffers, eps=eps, **recipe)
+            with ctrl_c_waits():  # a save after Ctrl-C holds whole steps, so --resume is the same run
+                loss = train_step(params, n_head, state, train_ids, step - 1, buffers=buffers, eps=eps, **recipe)
             bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
             bar.update(1)
             if step % eval_every == 0 or step == steps:

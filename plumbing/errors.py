@@ -9,9 +9,12 @@ Anything else is a bug, in this code or in a student's rewrite of a function: it
 is never caught, so it shows its traceback. (A matmul with mismatched shapes is a
 ValueError from NumPy, but not a UserError: you see where it happened.)
 """
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 
 
 class UserError(ValueError):
@@ -43,6 +46,24 @@ def exit_status(work, message=str):
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+@contextlib.contextmanager
+def ctrl_c_waits():
+    """`with ctrl_c_waits():` a Ctrl-C pressed inside the block is raised when the block ends, so
+    the work in it (a training step: its update runs on both cores) is done whole or not begun.
+    An exception raised in the block goes on as usual. Outside the main thread it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
 
 
 def given_flags(parser, argv):

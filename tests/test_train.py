@@ -543,3 +543,27 @@ def test_a_step_and_the_validation_use_the_models_layer_norm_eps():
     assert got != pytest.approx(backward.loss_and_grads(x, y, train.trainable(params), hp["n_head"])[0], rel=1e-6)
     val = train.validation_loss(params, hp["n_head"], ids, 8, eps=eps)
     assert val != pytest.approx(train.validation_loss(params, hp["n_head"], ids, 8), rel=1e-6)
+
+
+def test_ctrl_c_in_the_middle_of_a_step_saves_that_step_whole(tiny_model, corpus, tmp_path, monkeypatch):
+    """A real SIGINT while step 5 computes its gradients: the step (and its AdamW update, on both cores)
+    is finished, then saved, so --resume gives the uninterrupted run's files bit for bit."""
+    straight = tmp_path / "straight"
+    train_cli.main(train_args(tiny_model, corpus, straight))
+    calls = {"n": 0}
+    norm = optimizer.grad_norm
+
+    def ctrl_c_at_step_5(grads):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+        return norm(grads)
+
+    monkeypatch.setattr(train, "grad_norm", ctrl_c_at_step_5)
+    stopped = tmp_path / "stopped"
+    assert train_cli.main(train_args(tiny_model, corpus, stopped)) == 130
+    assert train.load_state(str(stopped), train.trainable(load_checkpoint(str(stopped))[1]))["step"] == 5
+    monkeypatch.setattr(train, "grad_norm", norm)
+    assert train_cli.main(train_args(tiny_model, corpus, stopped, "--resume")) == 0
+    for f in ("model.ckpt.data-00000-of-00001", "train_state.npz"):
+        assert (stopped / f).read_bytes() == (straight / f).read_bytes(), f
