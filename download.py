@@ -201,19 +201,20 @@ def tokenizer_files(folder):
 
 
 @contextlib.contextmanager
-def downloading_into(folder, model, quiet):
-    """Make the folder (and its parents) and hold its lock while a download goes into it. A model
-    that is not there (HTTP 404: NotFound) leaves nothing this run made: not the lock, and not
-    a folder it created. Any other failure keeps the folder, where the next run resumes."""
+def downloading_into(folder, model, quiet, leaves_nothing=(NotFound,)):
+    """Make the folder (and its parents) and hold its lock while a download goes into it. A
+    failure in leaves_nothing (by default a model that is not there, HTTP 404: NotFound) leaves
+    nothing this run made where nothing was saved: not the lock, and not a folder it created.
+    Any other failure keeps the folder, where the next run resumes."""
     made = new_folders(folder)
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
         raise DownloadError(f"cannot create this folder ({e.strerror or e})", path=folder) from None
     try:
-        with taking_turns(folder, model, quiet):
+        with taking_turns(folder, model, quiet, leaves_nothing):
             yield
-    except NotFound:
+    except leaves_nothing:
         for path in made:  # the deepest first; one that is not empty stops the walk up
             try:
                 os.rmdir(path)
@@ -232,17 +233,17 @@ def new_folders(folder):
 
 
 @contextlib.contextmanager
-def taking_turns(folder, model, quiet):
+def taking_turns(folder, model, quiet, leaves_nothing=(NotFound,)):
     """Hold the folder's lock: one process at a time downloads into it. The OS drops the lock
     when its holder exits, however it exits, so a killed download never blocks the others.
-    A model that is not there (NotFound) takes its lock file away if nothing else is left."""
+    A failure in leaves_nothing takes the lock file away if nothing else is left."""
     if fcntl is None:
         yield
         return
     lock = hold_lock(folder, model, quiet)
     try:
         yield
-    except NotFound:
+    except leaves_nothing:
         if os.listdir(folder) == [LOCK]:
             os.remove(lock.name)  # while we hold it: whoever waits for it sees it gone (hold_lock)
         raise

@@ -98,7 +98,8 @@ def download_hub_model(name, models_dir=None, quiet=False, tries=5, backoff=0.5,
     url = repository_url(name, endpoint)
     fetched = []  # the files this run fetched: they go if the repository turns out to be unusable
     fetch = fetcher(folder, url, fetched, quiet=quiet, tries=tries, backoff=backoff)
-    with downloading_into(folder, f"hf:{name}", quiet):
+    # any failure that saved nothing leaves nothing: a Hub download has no .part files to resume
+    with downloading_into(folder, f"hf:{name}", quiet, leaves_nothing=(DownloadError,)):
         try:
             fetch_config(fetch, name, url)
             fetch_weights(fetch, name, folder)

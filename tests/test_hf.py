@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import bpe
-from conftest import DATA, ROOT, VOCAB, Mirror
+from conftest import DATA, ROOT, VOCAB, Mirror, closed_port
 from download import DownloadError
 import gpt2_numpy as g
 from plumbing import hf_model, hub, shapes
@@ -289,6 +289,15 @@ def test_hf_404_leaves_no_models_folder_behind(hub_mirror, tmp_path):
                 env={"HF_ENDPOINT": hub_mirror.url})
     assert_one_line_error(r, "no such model on the Hub or mirror")
     assert os.listdir(tmp_path) == ["hub"]  # the mirror's files only: no models/, no hf/, no .lock
+
+
+def test_hf_with_no_network_leaves_no_models_folder_behind(tmp_path):
+    """Nothing was saved, and a Hub download has no .part file to resume: not even the .lock stays."""
+    models = tmp_path / "models"
+    with pytest.raises(DownloadError, match="could not download"):
+        hub.download_hub_model("test-org/tiny-gpt2", str(models), quiet=True, tries=1,
+                               endpoint=f"http://127.0.0.1:{closed_port()}")
+    assert not models.exists()
 
 
 @pytest.mark.parametrize("missing, message", [("model.safetensors", "has no model.safetensors"),
