@@ -28,7 +28,7 @@ which changes these numbers; its `from_pretrained_no_processing` gives the raw o
 """
 import numpy as np
 
-from gpt2_numpy import gpt2, layer_norm, layer_norm_eps, log_softmax, next_token_loss, token_logprobs
+from gpt2_numpy import gpt2, layer_norm, layer_norm_eps, log_softmax, next_token_loss, softmax
 from plumbing.errors import UserError
 from plumbing.memory import available_memory, check_fits
 from plumbing.shapes import block_index
@@ -200,8 +200,9 @@ def logit_lens(ids, params, hparams, target=None, run=None):
         top = lens.argmax(-1)  # [B, T]
         target_logit = np.take_along_axis(lens, target[..., None], -1)  # [B, T, 1]
         out["top"].append(top)
-        out["top_prob"].append(np.exp(token_logprobs(lens, top)))
-        out["target_prob"].append(np.exp(token_logprobs(lens, target)))
+        probs = softmax(lens)  # once a layer: two of its columns are read
+        out["top_prob"].append(np.take_along_axis(probs, top[..., None], -1)[..., 0])
+        out["target_prob"].append(np.take_along_axis(probs, target[..., None], -1)[..., 0])
         out["target_rank"].append((lens > target_logit).sum(-1))  # 0: the target is the top token
     return {"target": target, **{k: np.stack(v) for k, v in out.items()}}
 

@@ -98,7 +98,7 @@ def zeros_operator(n):
     return apply(zeros_operator(1), op) if n % 2 else op
 
 
-def update(state, data):
+def update_in_lanes(state, data):
     """Feed the bytes of data (a uint8 array) into the CRC register `state`, in lanes."""
     lanes = 1
     while lanes < 1 << 16 and lanes * 2 * 1024 <= len(data):
@@ -116,13 +116,13 @@ def update(state, data):
         length *= 2
     # now `length` covers all lanes; the few bytes after them go round again
     state = int(apply(zeros_operator(length), np.array([state], np.uint32))[0] ^ crc[0])
-    return update(state, data[length:])
+    return update_in_lanes(state, data[length:])
 
 
 def crc32c_fast(data):
     """CRC-32C of a bytes-like object or an array (over its bytes): crc32c, fast."""
     data = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
-    return update(0xFFFFFFFF, data.reshape(-1).view(np.uint8)) ^ 0xFFFFFFFF
+    return update_in_lanes(0xFFFFFFFF, data.reshape(-1).view(np.uint8)) ^ 0xFFFFFFFF
 
 
 def masked_crc32c(data):
