@@ -143,11 +143,11 @@ def train_step(params, n_head, state, train_ids, step, *, steps, batch_size, con
 # 4. The loop
 # ============================================================================
 
-def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, vocab, config, eval_every,
+def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, vocab_dir, config, eval_every,
           sample_every, save_every, quiet=False):
     """The loop, from state["step"] to recipe["steps"]: train_step, then the report, the sample and
     the save into `out` as the step's number calls for them; Ctrl-C saves the last step done.
-    recipe: train_step's settings; vocab: the folder whose tokenizer files each save copies; config:
+    recipe: train_step's settings; vocab_dir: the folder whose tokenizer files each save copies; config:
     the run's flags, saved with it. -> 0, or 130 after Ctrl-C."""
     steps, n_head, first, eps = recipe["steps"], hparams["n_head"], state["step"], layer_norm_eps(hparams)
     start_ids = [] if encoder.eot is not None else train_ids[:1].tolist()  # a sample starts after <|endoftext|>
@@ -165,13 +165,13 @@ def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, v
             if step % sample_every == 0:
                 bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
             if step % save_every == 0 or step == steps:
-                save(out, params, hparams, state, vocab, config)
+                save(out, params, hparams, state, vocab_dir, config)
     except KeyboardInterrupt:
         bar.close()
         if state["step"] == first:
             print("\ninterrupted before a step was done: nothing new was saved", file=sys.stderr)
         else:
-            save(out, params, hparams, state, vocab, config)
+            save(out, params, hparams, state, vocab_dir, config)
             print(f"\ninterrupted: saved step {state['step']} in {out}; --resume continues", file=sys.stderr)
         return 130
     bar.close()
@@ -209,14 +209,14 @@ def validation_loss(params, n_head, val_ids, context, batches=4, batch_size=4, e
 # 5. Saving and resuming
 # ============================================================================
 
-def save(folder, params, hparams, state, vocab, config):
-    """The checkpoint in OpenAI's format, the tokenizer's files (from the folder `vocab`), the
+def save(folder, params, hparams, state, vocab_dir, config):
+    """The checkpoint in OpenAI's format, the tokenizer's files (from the folder `vocab_dir`), the
     optimizer's state and the run's flags (config), written whole or not at all."""
     moments = {f"m/{k}": a for k, a in state["m"].items()} | {f"v/{k}": a for k, a in state["v"].items()}
     buf = io.BytesIO()
     np.savez(buf, step=np.int64(state["step"]), **moments)
     extra = {STATE_FILE: buf.getvalue(), CONFIG_FILE: json.dumps(config, indent=1).encode()}
-    write_checkpoint(folder, params, hparams, vocab=vocab, extra=extra)
+    write_checkpoint(folder, params, hparams, vocab_dir=vocab_dir, extra=extra)
 
 
 def load_state(folder, params):

@@ -466,9 +466,9 @@ def check_writable(hparams, folder):
                               "in it", path=folder)
 
 
-def write_checkpoint(folder, params, hparams, vocab=None, extra=None):
+def write_checkpoint(folder, params, hparams, vocab_dir=None, extra=None):
     """Write params as OpenAI's files (checkpoint, hparams.json, model.ckpt.index and .data, and
-    encoder.json and vocab.bpe copied from the folder `vocab`; extra: {file name: bytes} beside
+    encoder.json and vocab.bpe copied from the folder `vocab_dir`; extra: {file name: bytes} beside
     them), whole or not at all (plumbing/folders.py): a crash or Ctrl-C never leaves half a
     checkpoint."""
     check_writable(hparams, folder)
@@ -481,8 +481,8 @@ def write_checkpoint(folder, params, hparams, vocab=None, extra=None):
         for name, content in files.items():
             with open(os.path.join(tmp, name), "wb") as f:
                 f.write(content)
-        for name, hf_name in TOKENIZER_FILES.items() if vocab else ():
+        for name, hf_name in TOKENIZER_FILES.items() if vocab_dir else ():
             # Hugging Face's vocab.json and merges.txt are the same two tables under other names
-            source = os.path.join(vocab, name if os.path.exists(os.path.join(vocab, name)) else hf_name)
+            source = os.path.join(vocab_dir, name if os.path.exists(os.path.join(vocab_dir, name)) else hf_name)
             shutil.copy(source, os.path.join(tmp, name))
     return folder

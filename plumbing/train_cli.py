@@ -224,9 +224,9 @@ def run(args):
     # a learned vocabulary waits here, beside --out, until each save copies it in
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out)), prefix=".vocab-") as scratch:
         if new:
-            vocab, encoder, hparams = new_model(args, text, os.path.join(scratch, "vocab"))
+            vocab_dir, encoder, hparams = new_model(args, text, os.path.join(scratch, "vocab"))
         else:
-            vocab, encoder, hparams, params = saved_model(args)
+            vocab_dir, encoder, hparams, params = saved_model(args)
         train_ids, val_ids = train.text_ids(encoder, text, args.val_fraction, args.context)
         train.check_memory(hparams, args.batch_size, args.context, available_memory())
         if new:  # its weights are made once the run is known to fit
@@ -239,7 +239,7 @@ def run(args):
             print(f"{args.out}: already trained for {state['step']} steps, nothing to do (a larger --steps goes on)")
             return 0
         code = train.train(params, hparams, encoder, state, train_ids, val_ids, {k: getattr(args, k) for k in RECIPE},
-                           out=args.out, vocab=vocab, config=saved_flags(args), eval_every=args.eval_every,
+                           out=args.out, vocab_dir=vocab_dir, config=saved_flags(args), eval_every=args.eval_every,
                            sample_every=args.sample_every, save_every=args.save_every, quiet=args.quiet)
     if code == 0:
         print(f"{args.out}: trained to step {args.steps}; run it with python gpt2_numpy.py --model {args.out} "

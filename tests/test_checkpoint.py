@@ -186,7 +186,7 @@ def test_writing_over_a_checkpoint_replaces_it_whole_or_not_at_all(tmp_path):
     folder = checkpoint.write_checkpoint(str(tmp_path / "out"), params, hp)
     before = {f: open(os.path.join(folder, f), "rb").read() for f in os.listdir(folder)}
     with pytest.raises(CheckpointError, match="cannot write the checkpoint"):  # the vocabulary to copy is missing
-        checkpoint.write_checkpoint(folder, params, hp, vocab=str(tmp_path / "no such folder"))
+        checkpoint.write_checkpoint(folder, params, hp, vocab_dir=str(tmp_path / "no such folder"))
     assert {f: open(os.path.join(folder, f), "rb").read() for f in os.listdir(folder)} == before
     assert sorted(os.listdir(tmp_path)) == ["out"]
     doubled = shapes.nest({k: a * 2 for k, a in shapes.flatten(params).items()}, hp["n_layer"])

@@ -321,7 +321,7 @@ def test_train_is_the_loop_the_command_line_runs(tiny_model, corpus, tmp_path, c
     capsys.readouterr()
     out = tmp_path / "loop"
     code = train.train(params, hp, encoder, optimizer.new_adamw_state(params), train_ids, val_ids, recipe,
-                       out=str(out), vocab=tiny_model, config={"steps": 12}, eval_every=5, sample_every=7,
+                       out=str(out), vocab_dir=tiny_model, config={"steps": 12}, eval_every=5, sample_every=7,
                        save_every=100, quiet=True)
     printed = capsys.readouterr().out.splitlines()
     assert code == 0 and [line.split(":")[0] for line in printed] == ["step 5", "step 7 sample", "step 10", "step 12"]
