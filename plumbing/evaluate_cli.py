@@ -1,0 +1,222 @@
+"""The command line of evaluate.py: subcommands, files, printing and exit codes.
+
+    python evaluate.py perplexity FILE [FILE ...] [--context N] [--stride S]
+    python evaluate.py surprisal FILE            # one text per line
+    python evaluate.py choice FILE.jsonl         # {"context": str, "choices": [str, ...], "answer": int} a line
+    python evaluate.py lambada FILE.jsonl        # {"text": str} a line
+
+Each prints a short table, or with --json one JSON object on stdout, and only when the work is
+done, so an interruption leaves nothing half-written. Exit status: 0 done, 2 a user's mistake
+(one line on stderr), 130 interrupted. Anything else is a bug and shows its traceback.
+"""
+import argparse
+import json
+import sys
+
+import evaluate
+from plumbing import loading
+from plumbing.corpus import read_documents
+from plumbing.errors import UserError, exit_status, fail, read_text
+from plumbing.progress import progress
+
+FLAGS = {"context": "--context", "stride": "--stride"}  # the Python API's argument names, as flags
+
+
+def user_message(e):
+    """A UserError as the command-line user should read it: flags, not argument names."""
+    return f"{FLAGS[e.arg]} {e.message}" if e.arg in FLAGS else str(e)
+
+
+def whole(least):
+    def parse(text):
+        value = int(text)
+        if value < least:
+            raise ValueError
+        return value
+    parse.__name__ = f"whole number >= {least}"
+    return parse
+
+
+def parse_args(argv):
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--model", default="124M", help="124M (default), 355M, 774M, 1558M, a model folder, "
+                                                        "or hf:owner/name from the Hub")
+    common.add_argument("--models-dir", help="where model sizes are downloaded")
+    common.add_argument("--base-url", help="a mirror of OpenAI's model files")
+    common.add_argument("--batch-size", type=whole(1), default=8, help="texts or windows in one forward pass (8)")
+    common.add_argument("--limit", type=whole(1), help="only the first N items (documents, lines)")
+    common.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    common.add_argument("--quiet", action="store_true", help="no progress display")
+    p = argparse.ArgumentParser(prog="evaluate.py", allow_abbrev=False,
+                                description="Measure a GPT-2 as lm-eval and minicons do (docs/evaluating.md).")
+    commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    ppl = commands.add_parser("perplexity", parents=[common], allow_abbrev=False,
+                              help="perplexity, bits per byte: each FILE a document (.jsonl: each line's text)")
+    ppl.add_argument("files", nargs="+", metavar="FILE")
+    ppl.add_argument("--context", type=int, help="tokens a window reads (default: the model's n_ctx)")
+    ppl.add_argument("--stride", type=int, help="tokens a window moves, 1..context (default: the context)")
+    for name, what in (("surprisal", "each word's surprisal in bits, one text a line"),
+                       ("choice", 'multiple choice: {"context", "choices", "answer"} a line'),
+                       ("lambada", 'LAMBADA, lm-eval\'s lambada_openai: {"text"} a line')):
+        commands.add_parser(name, parents=[common], allow_abbrev=False, help=what).add_argument("file", metavar="FILE")
+    for parser in [p, *commands.choices.values()]:
+        parser.error = fail
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    sys.stdout.reconfigure(errors="replace")
+    return exit_status(lambda: RUN[args.command](args), user_message)
+
+
+def load(args):
+    return loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+
+
+def counter(args, total, unit):
+    """The progress display, and the callback that the scoring tells of each batch's tokens."""
+    bar = progress(total, unit, quiet=args.quiet)
+    return bar, bar.update
+
+
+# --- reading the files -----------------------------------------------------------------------
+
+def text_lines(path):
+    """A UTF-8 file's lines, without their line ends (a last empty line after the final newline dropped)."""
+    lines = read_text(path).split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def jsonl(path, fields, limit=None):
+    """A .jsonl file's objects as (line number, object), each holding `fields`; blank lines skipped."""
+    items = []
+    for n, line in enumerate(text_lines(path), 1):
+        if limit is not None and len(items) == limit:
+            break
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError:
+            raise UserError(f"line {n} is not JSON", path=path) from None
+        if not isinstance(item, dict):
+            raise UserError(f"line {n} is not a JSON object", path=path)
+        for field, kind in fields.items():
+            if field not in item:
+                raise UserError(f"line {n} has no {field!r}", path=path)
+            if not isinstance(item[field], kind) or isinstance(item[field], bool):
+                raise UserError(f"line {n}: {field!r} must be {KINDS[kind]}", path=path)
+        items.append((n, item))
+    if not items:
+        raise UserError("holds no items", path=path)
+    return items
+
+
+KINDS = {str: "a string", list: "a list", int: "a whole number"}
+
+
+def documents(paths, limit):
+    """Each FILE one document; a .jsonl file's lines' "text" each one."""
+    docs = []
+    for path in paths:
+        if path.endswith(".jsonl"):
+            docs += [item["text"] for _, item in jsonl(path, {"text": str})]
+        else:
+            docs += read_documents([path])
+    return docs[:limit]
+
+
+# --- the commands ----------------------------------------------------------------------------
+
+def run_perplexity(args):
+    docs = documents(args.files, args.limit)
+    encoder, hparams, params = load(args)
+    bar, tick = counter(args, None, "tokens")
+    with bar:
+        result = evaluate.perplexity(docs, encoder, params, hparams, args.context, args.stride, args.batch_size, tick)
+    if args.json:
+        print(json.dumps(result))
+        return
+    for field in ("documents", "tokens", "bytes", "words", "context", "stride"):
+        print(f"{field:<16}{result[field]:,}")
+    for field in ("nll", "loss", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"):
+        print(f"{field:<16}{result[field]:.4f}")
+
+
+def run_surprisal(args):
+    lines = text_lines(args.file)[:args.limit]
+    encoder, hparams, params = load(args)
+    bar, tick = counter(args, None, "tokens")
+    try:
+        with bar:
+            scored = evaluate.word_surprisals(lines, encoder, params, hparams, args.batch_size, tick)
+    except UserError as e:
+        raise UserError(e.message, path=args.file) from None
+    if args.json:
+        print(json.dumps([{"line": n, "text": line, "words": [{"word": w, "surprisal": s, "tokens": k}
+                                                              for w, s, k in words]}
+                          for n, (line, words) in enumerate(zip(lines, scored), 1)]))
+        return
+    print("line\tword\tsurprisal\ttokens")
+    for n, words in enumerate(scored, 1):
+        for w, s, k in words:
+            print(f"{n}\t{w}\t{s:.4f}\t{k}")
+
+
+def run_choice(args):
+    items = jsonl(args.file, {"context": str, "choices": list, "answer": int}, args.limit)
+    for n, item in items:
+        if not item["choices"] or not all(isinstance(c, str) for c in item["choices"]):
+            raise UserError(f"line {n}: 'choices' must be a non-empty list of strings", path=args.file)
+        if not 0 <= item["answer"] < len(item["choices"]):
+            raise UserError(f"line {n}: 'answer' {item['answer']} is not one of the choices "
+                            f"0..{len(item['choices']) - 1}", path=args.file)
+        if "" in item["choices"]:
+            raise UserError(f"line {n}: a choice is empty", path=args.file)
+    encoder, hparams, params = load(args)
+    pairs = [(item["context"], c) for _, item in items for c in item["choices"]]
+    names = [f"{args.file}: line {n}" for n, item in items for _ in item["choices"]]
+    requests = evaluate.loglikelihood_requests(pairs, encoder, hparams["n_ctx"], names)
+    bar, tick = counter(args, sum(len(t) for _, t in requests), "tokens")
+    with bar:
+        lls = [float(lp.sum(dtype="float64")) for lp, _ in
+               evaluate.score_requests(requests, params, hparams, args.batch_size, tick)]
+    per_item, i = [], 0
+    for _, item in items:
+        per_item.append(lls[i:i + len(item["choices"])])
+        i += len(item["choices"])
+    result = evaluate.choice([item for _, item in items], per_item)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"{'n':<10}{result['n']:,}\n{'acc':<10}{result['acc']:.4f}\n{'acc_norm':<10}{result['acc_norm']:.4f}")
+
+
+def run_lambada(args):
+    items = jsonl(args.file, {"text": str}, args.limit)
+    for n, item in items:
+        if " " not in item["text"].strip():
+            raise UserError(f"line {n}: the text needs a context and a last word, with a space between them: "
+                            "too short to score", path=args.file)
+    encoder, hparams, params = load(args)
+    pairs = [evaluate.lambada_pair(item["text"]) for _, item in items]
+    requests = evaluate.loglikelihood_requests(pairs, encoder, hparams["n_ctx"],
+                                               [f"{args.file}: line {n}" for n, _ in items])
+    bar, tick = counter(args, sum(len(t) for _, t in requests), "tokens")
+    with bar:
+        results = [(float(lp.sum(dtype="float64")), greedy) for lp, greedy in
+                   evaluate.score_requests(requests, params, hparams, args.batch_size, tick)]
+    result = evaluate.lambada(results)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"{'n':<12}{result['n']:,}\n{'acc':<12}{result['acc']:.4f}\n{'perplexity':<12}{result['perplexity']:.4f}")
+
+
+RUN = {"perplexity": run_perplexity, "surprisal": run_surprisal, "choice": run_choice, "lambada": run_lambada}
+
+if __name__ == "__main__":
+    sys.exit(main())
