@@ -36,22 +36,6 @@ POOL = 64  # batches read ahead and sorted by length together: little padding, a
 # 1. Rolling windows
 # ============================================================================
 
-def iter_rolling_windows(ids, prefix_id, context, stride):
-    """rolling_windows, one pair at a time (a long document need not hold all its windows at once)."""
-    if not 1 <= stride <= context:
-        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
-    if len(ids) == 0:
-        return
-    first = min(context, len(ids))
-    yield [prefix_id], ids[:first]  # the first window predicts its first N tokens, after <|endoftext|>
-    predicted = first
-    while predicted < len(ids):
-        end = min(predicted + stride, len(ids))
-        targets = ids[predicted:end]
-        yield ids[end - 1 - context:end - len(targets)], targets  # N inputs end just before the last target
-        predicted = end
-
-
 def rolling_windows(ids, prefix_id, context, stride):
     """A text longer than the model's context, cut into windows, as lm-eval cuts it
     (get_rolling_token_windows with context_len = N - S + 1, then make_disjoint_window).
@@ -61,7 +45,32 @@ def rolling_windows(ids, prefix_id, context, stride):
     after prefix_id; each later one predicts the next S = stride tokens from the N tokens before
     the last of them, so the first of those S sees N - S + 1 tokens of context. A smaller S gives
     each prediction more context (a lower perplexity) for N / S times the work."""
-    return [(list(c), list(t)) for c, t in iter_rolling_windows(list(ids), prefix_id, context, stride)]
+    if not 1 <= stride <= context:
+        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
+    ids = list(ids)
+    if not ids:
+        return []
+    windows = [([prefix_id], ids[:context])]  # the first window: its first N tokens, after <|endoftext|>
+    predicted = len(windows[0][1])
+    while predicted < len(ids):
+        end = min(predicted + stride, len(ids))  # the next S tokens (fewer at the end)
+        windows.append((ids[end - 1 - context:predicted], ids[predicted:end]))  # N inputs end before the last target
+        predicted = end
+    return windows
+
+
+def iter_rolling_windows(ids, prefix_id, context, stride):
+    """rolling_windows, one window at a time and as slices of ids (an array): a long document need
+    not hold all its windows at once. A test holds the two equal."""
+    if not 1 <= stride <= context:
+        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
+    if len(ids):
+        yield [prefix_id], ids[:context]
+    predicted = min(context, len(ids))
+    while predicted < len(ids):
+        end = min(predicted + stride, len(ids))
+        yield ids[end - 1 - context:predicted], ids[predicted:end]
+        predicted = end
 
 
 # ============================================================================
