@@ -104,13 +104,20 @@ EXERCISES = {
          [("initialise.py", "residual_scale", "test_the_initialisation_has_gpt2s_statistics"),
           ("initialise.py", "init_tensor", "test_the_initialisation_has_gpt2s_statistics")],
          ["test_the_same_seed_gives_the_same_weights"], "from_scratch"),
+    22: ("rolling windows",
+         [("evaluate.py", "rolling_windows", "test_rolling_windows_are_lm_evals_and_predict_every_token_once")],
+         ["test_perplexity_through_rolling_windows_scores_each_token_from_its_window"], "perplexity"),
+    23: ("a continuation's log-likelihood",
+         [("evaluate.py", "continuation_ids", "test_a_contexts_trailing_whitespace_moves_to_the_continuation")],
+         ["test_loglikelihood_is_the_continuations_log_probability_given_the_context"], "lambada"),
 }
 
 # Where the program runs an exercise's functions, so that a student sees their own code at work.
 WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_numpy.py --params MODEL",
          "lens": 'python gpt2_numpy.py --lens "text"', "heads": "look_inside.previous_token_scores and "
          "induction_scores on run_with_cache's patterns", "ablate": "look_inside.loss with a zero_ablate_head hook",
-         "train": "python train.py", "from_scratch": "python train.py --from-scratch"}
+         "train": "python train.py", "from_scratch": "python train.py --from-scratch",
+         "perplexity": "python evaluate.py perplexity FILE", "lambada": "python evaluate.py lambada FILE"}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The
@@ -130,6 +137,8 @@ TWINS = {
         ("adamw_update", "adamw_step"),
         "for g in shapes.flatten(grads).values():\n    g *= grad_scale\n"
         "adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)"),
+    ("evaluate.py", "iter_rolling_windows"): (("rolling_windows",),
+                                             "yield from rolling_windows(ids, prefix_id, context, stride)"),
 }
 
 

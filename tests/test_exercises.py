@@ -185,6 +185,10 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "from_scratch": ["train.py", "--from-scratch", "--data", "notes.txt", "--out", "trained", "--vocab-size", "270",
                      "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--context", "16", "--batch-size", "2",
                      "--steps", "3", "--eval-every", "1", "--sample-every", "100", "--quiet"],
+    "perplexity": ["evaluate.py", "perplexity", "notes.txt", "--model", "model", "--context", "16", "--stride", "5",
+                   "--json", "--quiet"],
+    "lambada": ["evaluate.py", "lambada", os.path.join("tests", "data", "eval", "lambada.jsonl"), "--model", "model",
+                "--json", "--quiet"],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -198,6 +202,10 @@ WRONG = {
                    "best = min(counts, key=counts.get)\nreturn best, [merge_pair(ids, best, new_id) for ids in pieces]",
     "init_tensor": "if name.endswith('/b'):\n    return np.zeros(shape, np.float32)\nif name.endswith('/g'):\n"
                    "    return np.ones(shape, np.float32)\nreturn rng.normal(0.0, STD, shape).astype(np.float32)",
+    "rolling_windows": "ids = list(ids)\n"
+                       "return [([prefix_id], ids[s:s + context]) for s in range(0, len(ids), context)]",
+    # each window from scratch after <|endoftext|>: no context carried over
+    "continuation_ids": "return [end_of_text(encoder)] + encoder.encode(context), encoder.encode(continuation)",
 }
 
 
