@@ -59,9 +59,9 @@ def rolling_windows(ids, prefix_id, context, stride):
     return windows
 
 
-def iter_rolling_windows(ids, prefix_id, context, stride):
-    """rolling_windows, one window at a time and as slices of ids (an array): a long document need
-    not hold all its windows at once. A test holds the two equal."""
+def rolling_windows_fast(ids, prefix_id, context, stride):
+    """rolling_windows, for a long document: one window at a time, each a pair of slices of ids (an
+    array), so that no list of all its windows is ever made. A test holds the two equal."""
     if not 1 <= stride <= context:
         raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
     if len(ids):
@@ -162,7 +162,7 @@ def perplexity(documents, encoder, params, hparams, context=None, stride=None, b
             counts["tokens"] += len(ids)
             counts["bytes"] += len(document.encode("utf-8"))
             counts["words"] += len(re.split(r"\s+", document))
-            yield from iter_rolling_windows(ids, end_of_text(encoder), context, stride)
+            yield from rolling_windows_fast(ids, end_of_text(encoder), context, stride)
 
     nll = -sum(float(lp.sum(dtype=np.float64)) for lp, _ in score_requests(windows(), params, hparams, batch_size,
                                                                           progress))

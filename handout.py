@@ -137,8 +137,8 @@ TWINS = {
         ("adamw_update", "adamw_step"),
         "for g in shapes.flatten(grads).values():\n    g *= grad_scale\n"
         "adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)"),
-    ("evaluate.py", "iter_rolling_windows"): (("rolling_windows",),
-                                             "yield from rolling_windows(ids, prefix_id, context, stride)"),
+    ("evaluate.py", "rolling_windows_fast"): (("rolling_windows",),
+                                              "yield from rolling_windows(ids, prefix_id, context, stride)"),
 }
 
 

@@ -63,7 +63,7 @@ def test_rolling_windows_are_lm_evals_and_predict_every_token_once():
             for stride in range(1, context + 1):
                 windows = evaluate.rolling_windows(ids, EOT, context, stride)
                 assert windows == lm_eval_windows(ids, EOT, context, context - stride + 1)
-                assert [(list(c), t.tolist()) for c, t in evaluate.iter_rolling_windows(
+                assert [(list(c), t.tolist()) for c, t in evaluate.rolling_windows_fast(
                     np.array(ids, np.int64), EOT, context, stride)] == windows  # the lazy twin
                 assert [t for _, targets in windows for t in targets] == ids  # every token once, in order
                 if not ids:
@@ -81,7 +81,7 @@ def test_a_stride_outside_1_to_the_context_is_refused():
         with pytest.raises(UserError, match="stride"):
             evaluate.rolling_windows([1, 2, 3], EOT, 4, stride)
         with pytest.raises(UserError, match="stride"):
-            next(evaluate.iter_rolling_windows(np.arange(3), EOT, 4, stride))
+            next(evaluate.rolling_windows_fast(np.arange(3), EOT, 4, stride))
 
 
 # --- scoring in one batch -----------------------------------------------------------------------
