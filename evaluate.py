@@ -186,11 +186,12 @@ def continuation_ids(context, continuation, encoder):
     """(context ids, continuation ids), as lm-eval encodes a pair: the context's trailing whitespace
     moves to the front of the continuation (GPT-2's tokens carry the space before a word); then
     context + continuation is encoded as one text, and the continuation's tokens are those after the
-    context's own. An empty context is <|endoftext|>, and the continuation is encoded alone."""
-    if context == "":
-        return [end_of_text(encoder)], encoder.encode(continuation)
+    context's own. An empty context is <|endoftext|>, and the continuation is encoded alone (so is
+    one of whitespace only, after the move: it has no token to predict the continuation's first from)."""
     kept = context.rstrip()
     continuation, context = context[len(kept):] + continuation, kept
+    if context == "":
+        return [end_of_text(encoder)], encoder.encode(continuation)
     context_ids = encoder.encode(context)
     return context_ids, encoder.encode(context + continuation)[len(context_ids):]
 

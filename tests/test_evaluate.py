@@ -235,6 +235,7 @@ def test_a_contexts_trailing_whitespace_moves_to_the_continuation(tiny):
     (ll_a, _), (ll_b, _) = evaluate.loglikelihood([("The cat ", "sat"), ("The cat", " sat")], encoder, params, hparams)
     assert ll_a == ll_b
     assert evaluate.continuation_ids("", "Hi", encoder) == ([EOT], encoder.encode("Hi"))  # empty context: <|endoftext|>
+    assert evaluate.continuation_ids(" \t", "Hi", encoder) == ([EOT], encoder.encode(" \tHi"))  # whitespace only, too
 
 
 def test_greedy_is_true_when_the_model_would_have_written_the_continuation(tiny):
