@@ -15,13 +15,16 @@ lm-eval 0.4.13, minicons 0.3.39). The format is fixed by issue 24's API:
   loglikelihood  HFLM(max_length=64).loglikelihood on a (context, continuation) pair: ll and greedy
   surprisal      minicons IncrementalLMScorer.word_score_tokenized (whitespace words, bos_token=True,
                  surprisal=True, base_two=True) on single-spaced lines: [[word, bits], ...]
-The run also recomputes one rolling document and two loglikelihood pairs straight from
-GPT2LMHeadModel's logits (log_softmax, summed by hand) and stops if the tools disagree with it.
+The run also recomputes every rolling document, loglikelihood pair and surprisal line straight
+from GPT2LMHeadModel's logits (log_softmax, windows, truncation and word spans written out again
+by hand) and stops if the tools disagree with it; it prints each pair's greedy margin in logits.
+The windows are lm-eval's own function's output and are not recomputed here.
 """
 import importlib.metadata
 import json
 import math
 import os
+import re
 
 import numpy as np
 import torch
@@ -140,6 +143,20 @@ def dump(golden, path):
         f.write("}\n")
 
 
+def direct_surprisal(model, tokenizer, line):
+    """[(word, bits)]: each token goes to the whitespace word its last character falls in."""
+    encoded = tokenizer(line, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([[EOT] + ids[:-1]])).logits[0].float(), dim=-1)
+    spans = [m.span() for m in re.finditer(r"\S+", line)]
+    bits = [0.0] * len(spans)
+    for i, (t, (_, end)) in enumerate(zip(ids, offsets)):
+        word = next(j for j, (a, b) in enumerate(spans) if a < end <= b)
+        bits[word] -= float(logp[i, t]) / math.log(2)
+    return [(line[a:b], x) for (a, b), x in zip(spans, bits)]
+
+
 def encode_pair(tokenizer, context, continuation):
     if not context:
         return [EOT], tokenizer.encode(continuation)
@@ -176,16 +193,20 @@ def main():
               "versions": {name: importlib.metadata.version(name)
                            for name in ("torch", "transformers", "lm_eval", "minicons")}}
 
-    ids = tokenizer.encode(long_text)
-    mine = direct_rolling_nll(model, ids)
-    theirs = golden["rolling"][0]["nll"]
-    print(f"sanity: rolling nll of the long document ({len(ids)} tokens): lm-eval {theirs:.6f}, by hand {mine:.6f}")
-    assert math.isclose(mine, theirs, rel_tol=1e-5)
-    for i in (0, 4):
-        item = golden["loglikelihood"][i]
+    for item in golden["rolling"]:
+        ids = tokenizer.encode(item["text"])
+        mine = direct_rolling_nll(model, ids)
+        print(f"sanity: rolling nll ({len(ids)} tokens): lm-eval {item['nll']:.6f}, by hand {mine:.6f}")
+        assert math.isclose(mine, item["nll"], rel_tol=1e-5)
+    for item in golden["loglikelihood"]:
         mine = direct_ll(model, *encode_pair(tokenizer, item["context"], item["continuation"]))
-        print(f"sanity: ll of pair {i}: lm-eval {item['ll']:.6f}, by hand {mine:.6f}")
+        print(f"sanity: ll {item['continuation']!r}: lm-eval {item['ll']:.6f}, by hand {mine:.6f}")
         assert math.isclose(mine, item["ll"], rel_tol=1e-5)
+    for item in golden["surprisal"]:
+        mine = direct_surprisal(model, tokenizer, item["text"])
+        worst = max(abs(a[1] - b[1]) for a, b in zip(mine, item["words"]))
+        print(f"sanity: surprisal of {item['text']!r}: minicons and by hand differ by at most {worst:.2e} bits")
+        assert [w for w, _ in mine] == [w for w, _ in item["words"]] and worst < 1e-4
 
     dump(golden, os.path.join(HERE, "eval_golden.json"))
     for item in golden["loglikelihood"]:
