@@ -116,7 +116,7 @@ def direct_rolling_nll(model, ids):
 
 
 def greedy_margin(model, context_ids, continuation_ids):
-    """How far greedy is from flipping, in logits: for a greedy continuation, the smallest gap between
+    """(greedy, how far it is from flipping, in logits): for a greedy continuation, the smallest gap between
     the best and second-best logit along it; otherwise the largest gap between the best logit and
     the continuation token's (float32 rounding in another implementation moves logits ~1e-6)."""
     inp = (context_ids + continuation_ids)[-(N_CTX + 1):][:-1]
@@ -125,8 +125,8 @@ def greedy_margin(model, context_ids, continuation_ids):
     top2 = torch.topk(logits, 2, dim=-1).values
     picked = logits.gather(1, torch.tensor(continuation_ids)[:, None])[:, 0]
     if bool((picked == top2[:, 0]).all()):
-        return float((top2[:, 0] - top2[:, 1]).min())
-    return float((top2[:, 0] - picked).max())
+        return True, float((top2[:, 0] - top2[:, 1]).min())
+    return False, float((top2[:, 0] - picked).max())
 
 
 def dump(golden, path):
@@ -210,7 +210,8 @@ def main():
 
     dump(golden, os.path.join(HERE, "eval_golden.json"))
     for item in golden["loglikelihood"]:
-        margin = greedy_margin(model, *encode_pair(tokenizer, item["context"], item["continuation"]))
+        greedy, margin = greedy_margin(model, *encode_pair(tokenizer, item["context"], item["continuation"]))
+        assert greedy == item["greedy"], item
         print(f"ll {item['ll']:10.4f} greedy {item['greedy']!s:5} margin {margin:7.4f}  "
               f"{item['context'][-30:]!r} + {item['continuation']!r}")
     print("rolling nll", [round(r["nll"], 4) for r in golden["rolling"]], "versions", golden["versions"])
