@@ -76,4 +76,5 @@ def test_word_surprisal_is_minicons(tiny):
     assert len(got) == len(items)
     for words, item in zip(got, items):
         assert [word for word, _, _ in words] == [word for word, _ in item["words"]], item["text"]
-        assert [bits for _, bits, _ in words] == pytest.approx([bits for _, bits in item["words"]], rel=REL), item["text"]
+        expected = [bits for _, bits in item["words"]]
+        assert [bits for _, bits, _ in words] == pytest.approx(expected, rel=REL), item["text"]

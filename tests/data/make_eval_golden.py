@@ -54,7 +54,8 @@ def windows():
     for n in (1, 10, 64, 65, 130, 200):
         ids = [int(i) for i in rng.integers(0, EOT, n)]
         for context, stride in ((64, 64), (64, 16), (64, 1), (8, 3), (8, 8)):
-            pairs = [make_disjoint_window(p) for p in get_rolling_token_windows(ids, EOT, context, context - stride + 1)]
+            rolling = get_rolling_token_windows(ids, EOT, context, context - stride + 1)
+            pairs = [make_disjoint_window(p) for p in rolling]
             cases.append({"ids": ids, "prefix": EOT, "context": context, "stride": stride,
                           "pairs": [[list(c), list(t)] for c, t in pairs]})
     return cases
