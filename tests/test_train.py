@@ -122,26 +122,44 @@ def test_bad_flags_are_one_line(tiny_model, corpus, tmp_path):
         assert not os.path.exists(tmp_path / "o")
 
 
-def test_ctrl_c_saves_and_resume_continues_the_same_run(tiny_model, corpus, tmp_path, monkeypatch):
-    straight = tmp_path / "straight"
-    train_cli.main(train_args(tiny_model, corpus, straight))
-    calls = {"n": 0}
-    norm = optimizer.grad_norm
+def run_interrupted(tiny_model, corpus, tmp_path, monkeypatch, at_call, interrupt):
+    """train.py on the notes, with interrupt() called in its at_call-th step (as it takes the gradients'
+    norm). -> (its exit code, the step it saved, its folder)"""
+    norm, calls = optimizer.grad_norm, {"n": 0}
 
-    def interrupted_at_step_8(grads):
+    def norm_then_interrupt(grads):
         calls["n"] += 1
-        if calls["n"] == 8:
-            raise KeyboardInterrupt
+        if calls["n"] == at_call:
+            interrupt()
         return norm(grads)
 
-    monkeypatch.setattr(train, "grad_norm", interrupted_at_step_8)
+    monkeypatch.setattr(train, "grad_norm", norm_then_interrupt)
     stopped = tmp_path / "stopped"
-    assert train_cli.main(train_args(tiny_model, corpus, stopped)) == 130
-    assert train.load_state(str(stopped), train.trainable(load_checkpoint(str(stopped))[1]))["step"] == 7
+    code = train_cli.main(train_args(tiny_model, corpus, stopped))
     monkeypatch.setattr(train, "grad_norm", norm)
-    assert train_cli.main(train_args(tiny_model, corpus, stopped, "--resume")) == 0
-    for f in ("model.ckpt.data-00000-of-00001", "train_state.npz"):
-        assert (stopped / f).read_bytes() == (straight / f).read_bytes(), f
+    return code, train.load_state(str(stopped), train.trainable(load_checkpoint(str(stopped))[1]))["step"], stopped
+
+
+def resumed_and_straight(tiny_model, corpus, tmp_path, stopped):
+    """The stopped run resumed to its end, and the same run made without a stop. -> (exit code, the
+    files that differ between the two)"""
+    straight = tmp_path / "straight"
+    train_cli.main(train_args(tiny_model, corpus, straight))
+    code = train_cli.main(train_args(tiny_model, corpus, stopped, "--resume"))
+    return code, [f for f in ("model.ckpt.data-00000-of-00001", "train_state.npz")
+                  if (stopped / f).read_bytes() != (straight / f).read_bytes()]
+
+
+def test_ctrl_c_saves_and_resume_continues_the_same_run(tiny_model, corpus, tmp_path, monkeypatch):
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    code, saved_step, stopped = run_interrupted(tiny_model, corpus, tmp_path, monkeypatch, 8, ctrl_c)
+    assert code == 130
+    assert saved_step == 7
+    code, differ = resumed_and_straight(tiny_model, corpus, tmp_path, stopped)
+    assert code == 0
+    assert differ == []
 
 
 def test_bad_input_is_one_line_and_nothing_is_written(tiny_model, tmp_path):
@@ -548,22 +566,10 @@ def test_a_step_and_the_validation_use_the_models_layer_norm_eps():
 def test_ctrl_c_in_the_middle_of_a_step_saves_that_step_whole(tiny_model, corpus, tmp_path, monkeypatch):
     """A real SIGINT while step 5 computes its gradients: the step (and its AdamW update, on both cores)
     is finished, then saved, so --resume gives the uninterrupted run's files bit for bit."""
-    straight = tmp_path / "straight"
-    train_cli.main(train_args(tiny_model, corpus, straight))
-    calls = {"n": 0}
-    norm = optimizer.grad_norm
-
-    def ctrl_c_at_step_5(grads):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            os.kill(os.getpid(), signal.SIGINT)
-        return norm(grads)
-
-    monkeypatch.setattr(train, "grad_norm", ctrl_c_at_step_5)
-    stopped = tmp_path / "stopped"
-    assert train_cli.main(train_args(tiny_model, corpus, stopped)) == 130
-    assert train.load_state(str(stopped), train.trainable(load_checkpoint(str(stopped))[1]))["step"] == 5
-    monkeypatch.setattr(train, "grad_norm", norm)
-    assert train_cli.main(train_args(tiny_model, corpus, stopped, "--resume")) == 0
-    for f in ("model.ckpt.data-00000-of-00001", "train_state.npz"):
-        assert (stopped / f).read_bytes() == (straight / f).read_bytes(), f
+    code, saved_step, stopped = run_interrupted(tiny_model, corpus, tmp_path, monkeypatch, 5,
+                                                lambda: os.kill(os.getpid(), signal.SIGINT))
+    assert code == 130
+    assert saved_step == 5
+    code, differ = resumed_and_straight(tiny_model, corpus, tmp_path, stopped)
+    assert code == 0
+    assert differ == []
