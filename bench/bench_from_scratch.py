@@ -53,8 +53,7 @@ def ours(vocab_size, steps, seed=0):
     import parameters
     import train
     from plumbing import corpus
-    from backward import cross_entropy
-    from gpt2_numpy import gpt2
+    from gpt2_numpy import gpt2, next_token_loss
     from initialise import init_params
     from optimizer import new_adamw_state
 
@@ -70,7 +69,7 @@ def ours(vocab_size, steps, seed=0):
 
     def val_loss():
         rng = np.random.default_rng(1)
-        return float(np.mean([cross_entropy(gpt2(x, params, hp["n_head"]), y)[0] for x, y in
+        return float(np.mean([next_token_loss(gpt2(x, params, hp["n_head"]), y) for x, y in
                               (train.batch(val_ids, 12, RECIPE["context"], rng) for _ in range(EVAL_BATCHES))]))
 
     recipe = dict(RECIPE, steps=steps, seed=seed)
