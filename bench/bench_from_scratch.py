@@ -9,7 +9,10 @@ positions, batch 12, 2000 steps, lr 1e-3 with 100 warm-up steps, cosine to 1e-4,
 weight decay 0.1, clipping at 1, no dropout, on the same Shakespeare (data/tinyshakespeare.txt,
 the last 10% held out). At --vocab-size 257 our tokens are bytes, which on this ASCII text are
 nanoGPT's characters, so the losses compare per byte. Larger vocabularies are turned into nats
-per byte by the tokens-per-byte of the held-out text.
+per byte by the tokens-per-byte of the held-out text. After training, each of our models is kept in
+bench/out/scratch-V (the held-out text in bench/out/shakespeare-heldout.txt) and its bits per byte
+on the held-out text comes from evaluate.perplexity, as `python evaluate.py perplexity` computes it:
+every held-out token predicted once, through rolling windows of the model's 64 positions.
 
 DIR is a checkout of karpathy/nanoGPT (run, never copied); PY a Python with torch. Its data is
 prepared from our copy of the text (its input.txt), so nothing is downloaded. Each contender
@@ -50,6 +53,7 @@ def ours(vocab_size, steps, seed=0):
     import numpy as np
 
     import bpe
+    import evaluate
     import parameters
     import train
     from plumbing import corpus
@@ -60,7 +64,8 @@ def ours(vocab_size, steps, seed=0):
     text = corpus.read_corpus([train.CORPUS])
     train_text, val_text = train.split_text(text, 0.1)
     t = time.perf_counter()
-    encoder = bpe.parse_vocab(*bpe.vocab_files(bpe.train_vocab(train_text, vocab_size)))  # as train.py's
+    merges = bpe.train_vocab(train_text, vocab_size)
+    encoder = bpe.parse_vocab(*bpe.vocab_files(merges))  # as train.py's
     tokenizer_s = time.perf_counter() - t
     hp = {"n_vocab": encoder.n_vocab, "n_ctx": RECIPE["context"], **SHAPE}
     params = init_params(hp, seed)
@@ -83,9 +88,27 @@ def ours(vocab_size, steps, seed=0):
             curve.append((step + 1, val_loss()))
     wall = time.perf_counter() - start
     counts = parameters.count_parameters(hp)
+    held_out = evaluate.perplexity([val_text], encoder, params, hp)  # evaluate.py perplexity's own function
+    keep(f"scratch-{vocab_size}", params, hp, merges, val_text)
     return {"vocab_size": vocab_size, "step_ms": statistics.median(times) * 1000, "wall_s": wall, "curve": curve,
             "val": curve[-1][1], "nats_per_byte": curve[-1][1] / bytes_per_token, "tokenizer_s": tokenizer_s,
-            "bytes_per_token": bytes_per_token, "params": counts["total"], "wte_share": counts["wte_share"]}
+            "bytes_per_token": bytes_per_token, "params": counts["total"], "wte_share": counts["wte_share"],
+            "bits_per_byte": held_out["bits_per_byte"], "held_out_perplexity": held_out["perplexity"]}
+
+
+def keep(name, params, hp, merges, val_text):
+    """The trained model in bench/out/NAME (the project's format, its vocabulary beside it) and the held-out
+    text in bench/out/shakespeare-heldout.txt, so that `python evaluate.py perplexity` can score it again."""
+    import bpe
+    from plumbing.checkpoint import write_checkpoint
+
+    out = os.path.join(HERE, "out")
+    shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        bpe.write_vocab(os.path.join(scratch, "vocab"), merges)
+        write_checkpoint(os.path.join(out, name), params, hp, vocab_dir=os.path.join(scratch, "vocab"))
+    with open(os.path.join(out, "shakespeare-heldout.txt"), "w", encoding="utf-8") as f:
+        f.write(val_text)
 
 
 def nanogpt(folder, python, steps, threads):
@@ -210,6 +233,10 @@ def main():
                  f"{r['wte_share']:.1%}, tokenizer {r['tokenizer_s']:.1f} s" if "params" in r else "")
         print(f"{name}: {r['step_ms']:.1f} ms a step (median), {r['wall_s']:.0f} s in all, validation loss "
               f"{r['val']:.3f} nats a token = {r['nats_per_byte']:.3f} nats a byte{extra}")
+        if "bits_per_byte" in r:
+            print(f"  held-out text through evaluate.perplexity: {r['bits_per_byte']:.4f} bits a byte, perplexity "
+                  f"{r['held_out_perplexity']:.3f}; again with python evaluate.py perplexity "
+                  f"bench/out/shakespeare-heldout.txt --model bench/out/scratch-{r['vocab_size']} --json")
     if args.svg:
         svg({name: [(s, v / r.get("bytes_per_token", 1.0)) for s, v in r["curve"]] for name, r in results.items()},
             args.svg, f"From scratch on Shakespeare: validation loss ({args.steps} steps, 4 layers, 128 wide)")
