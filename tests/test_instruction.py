@@ -2,6 +2,7 @@
 fast) counts the response and its <|endoftext|> alone; the prompt and the padding get exactly no gradient.
 A tiny model learns to reverse words it never saw, and bad data is one line, exit 2, nothing written."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -9,12 +10,12 @@ import pytest
 import backward
 from backward import IGNORE
 import bpe
-from conftest import rand
+from conftest import DATA, rand
 from gpt2_numpy import generate, gpt2
 from initialise import init_params
 import optimizer
 import train
-from plumbing import train_cli
+from plumbing import shapes, train_cli
 
 BYTES = bpe.parse_vocab(*bpe.vocab_files([]))  # a vocabulary from scratch with no merge: 257 ids, <|endoftext|> 256
 ALPACA = "### Instruction:\nName a colour of the sky.\n\n### Response:\n"
@@ -225,3 +226,19 @@ def test_bad_instruction_data_is_one_line_and_nothing_is_written(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
     assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+
+
+def test_the_masked_loss_and_every_gradient_match_torchs_ignore_index(models):
+    """loss_and_grads with IGNORE targets (a prompt's positions, padding) against torch autograd through
+    Hugging Face's GPT-2 and cross_entropy(..., ignore_index=-1): tests/data/make_masked_golden.py."""
+    golden = np.load(os.path.join(DATA, "masked_golden.npz"))
+    hp, params = models["odd"]
+    targets = golden["masked/targets"]
+    assert (targets == IGNORE).sum() == 9
+    loss, grads = backward.loss_and_grads(golden["masked/ids"], targets, params, hp["n_head"])
+    assert abs(loss - float(golden["masked/loss"])) <= 1e-5
+    for name, grad in shapes.flatten(grads).items():
+        want = golden[f"masked/{name}"] if name != "wte" else golden["masked/wte/grad_rows"]
+        grad = grad if name != "wte" else grad[golden["masked/wte/rows"]]
+        worst = np.abs(grad - want).max()
+        assert worst <= 1e-5 * np.abs(want).max(), f"{name}: {worst:.3g} from torch's (largest {np.abs(want).max():.3g})"
