@@ -59,7 +59,7 @@ def split_text(text, val_fraction):
 def held_out(sizes, val_fraction):
     """How many of the last documents (or examples) the validation part holds: the fewest whose
     characters (sizes: each one's) make at least val_fraction of all, at least one, and at least
-    one left to train on. None when val_fraction is 0."""
+    one left to train on; 0 when val_fraction is 0."""
     if not val_fraction:
         return 0
     from_the_end = np.cumsum(sizes[::-1])
