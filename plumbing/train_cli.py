@@ -47,8 +47,8 @@ class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on a text file, or train "
-                                                             "one from nothing (--from-scratch).",
+    p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on documents or instruction "
+                                                             "data, or train one from nothing (--from-scratch).",
                                 formatter_class=DefaultsHelp, allow_abbrev=False)
     p.add_argument("--model", default="124M", help="124M, 355M, 774M, a model folder, or hf:owner/name")
     p.add_argument("--data", help="documents: a UTF-8 .txt file, a folder of them, or a .jsonl of {\"text\": ...} "
