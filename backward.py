@@ -187,18 +187,25 @@ def training_forward(ids, params, n_head, p_drop=0.0, rng=None, eps=LAYER_NORM_E
     return blocks, top
 
 
+IGNORE = -1  # a target that carries no loss and no gradient (torch's ignore_index): a prompt's, or padding
+
+
 def cross_entropy(logits, targets):
-    """The loss, -mean log softmax(logits)[target] (gpt2_numpy's next_token_loss), and log softmax(logits).
-    logits [B, T, V], targets [B, T]"""
-    return next_token_loss(logits, targets), log_softmax(logits)
+    """The loss, -mean log softmax(logits)[target] over the counted positions (target != IGNORE:
+    gpt2_numpy's next_token_loss over them), and log softmax(logits).   logits [B, T, V], targets [B, T]"""
+    counted = targets != IGNORE
+    return next_token_loss(logits[counted], targets[counted]), log_softmax(logits)
 
 
 def cross_entropy_backward(logits, targets):
-    """d loss / d logits = (softmax(logits) - onehot(target)) / N, over the N = B·T positions.
-    logits [B, T, V], targets [B, T] -> [B, T, V]"""
+    """d loss / d logits = (softmax(logits) - onehot(target)) / N, over the N counted positions;
+    0 where the target is IGNORE.   logits [B, T, V], targets [B, T] -> [B, T, V]"""
+    counted = targets != IGNORE
+    picked = np.where(counted, targets, 0)[..., None]
     d = softmax(logits)
-    np.put_along_axis(d, targets[..., None], np.take_along_axis(d, targets[..., None], -1) - 1.0, -1)
-    d /= targets.size
+    np.put_along_axis(d, picked, np.take_along_axis(d, picked, -1) - 1.0, -1)
+    d /= max(np.count_nonzero(counted), 1)
+    d[~counted] = 0.0
     return d
 
 
@@ -209,30 +216,38 @@ def cross_entropy_fast(logits, targets):
     """cross_entropy and cross_entropy_backward in one pass, for the hot path: logits [N, V]
     is overwritten with d loss / d logits, ROWS rows at a time, each one's max, exp, sum and
     scale done while it is in the cache, and the rows shared among the cores (each pass over
-    the whole [N, V] would be a trip through main memory). targets [N] -> the loss.
+    the whole [N, V] would be a trip through main memory). targets [N] -> the loss, the mean
+    over the targets that are not IGNORE; an IGNORE row's gradient is 0.
     A test holds it equal to the two plain functions."""
-    n = len(targets)
+    counted = targets != IGNORE
+    n = max(int(np.count_nonzero(counted)), 1)
+    masked = n < len(targets)  # instruction data; a window of text counts every position
 
     def work(starts):
         total = 0.0
         for i in starts:
             x, t = logits[i:i + ROWS], targets[i:i + ROWS]
             x -= x.max(axis=-1, keepdims=True)
-            picked = x[np.arange(len(t)), t]  # logit - max, at each target
+            picked = x[np.arange(len(t)), t]  # logit - max, at each target (an IGNORE row's is dropped below)
             np.exp(x, out=x)
             sums = x.sum(axis=-1, keepdims=True)
-            total += float((np.log(sums[:, 0]) - picked).sum())  # -log softmax at each target
+            losses = np.log(sums[:, 0]) - picked  # -log softmax at each target
             x *= 1.0 / (n * sums)
             x[np.arange(len(t)), t] -= 1.0 / n
+            if masked:
+                x[~counted[i:i + ROWS]] = 0.0
+                losses = losses[counted[i:i + ROWS]]
+            total += float(losses.sum())
         return total
 
-    return sum(shared_among_cores(work, list(range(0, n, ROWS)))) / n
+    return sum(shared_among_cores(work, list(range(0, len(targets), ROWS)))) / n
 
 
 def head_backward(xf, wte, targets, buffers=None):
     """The tied output layer and the loss, forward then backward:
     logits = x wteᵀ;  dlogits = (softmax - onehot) / N;  dx = dlogits wte;  dwte = dlogitsᵀ x (the head's part)
-    xf [B, T, C], wte [V, C], targets [B, T] -> (loss, dx [B, T, C], dwte [V, C]).
+    xf [B, T, C], wte [V, C], targets [B, T] -> (loss, dx [B, T, C], dwte [V, C]). N counts the
+    targets that are not IGNORE; an IGNORE position's dlogits, and so its dx, is exactly 0.
     The logits and dwte live in `buffers`, reused at the next call."""
     x = xf.reshape(-1, xf.shape[-1])  # [N, C]
     logits = reused(buffers, "logits", (len(x), len(wte)), x.dtype)
@@ -268,10 +283,12 @@ def embedding_backward(ids, dx, dwte, dwpe):
 def loss_and_grads(ids, targets, params, n_head, p_drop=0.0, rng=None, buffers=None, eps=LAYER_NORM_EPS):
     """Mean cross-entropy of targets [B, T] given ids [B, T], and d loss / d every parameter.
     loss = -mean log softmax(logits)[target];  d loss / d logits = (softmax(logits) - onehot) / (B·T)
+    A target IGNORE (a prompt's position, padding) counts for nothing: the mean is over the others.
     The head is wte again, so wte's gradient adds two parts: the logits' (dlogitsᵀ x) and the gather's.
     p_drop, rng: dropout. buffers: a dict kept between calls (the training loop's), whose arrays are
     reused; the returned grads["wte"] is one of them, good until the next call. eps: the layer norms'."""
-    ids, targets = checked_ids(ids, params), checked_ids(targets, params)
+    ids, targets = checked_ids(ids, params), np.asarray(targets)
+    checked_ids(np.where(targets == IGNORE, 0, targets), params)
     kept, top = training_forward(ids, params, n_head, p_drop, rng, eps)
     loss, dxf, dwte = head_backward(top["ln_f"], params["wte"], targets, buffers)
     dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], dxf, eps)

@@ -342,11 +342,18 @@ def learn_merge(pieces, new_id):
     return best, [merge_pair(ids, best, new_id) for ids in pieces]
 
 
+def pretokenize(text):
+    """The pieces a trainer merges within. text: one text, or a list of documents, each cut on its
+    own, so that no piece, and so no merge, crosses from one document into the next."""
+    documents = [text] if isinstance(text, str) else text
+    return [piece for document in documents for piece in PRETOKENIZE.findall(document)]
+
+
 def train_merges(text, n_merges, on_merge=None):
     """The plain trainer: pre-tokenize, then learn_merge n_merges times (fewer if the pairs run
     out). -> [(left, right)], the merges in the order they were learned (ids as above).
-    on_merge(k) is called after each, for a progress bar."""
-    pieces = [list(piece.encode("utf-8")) for piece in PRETOKENIZE.findall(text)]
+    text: one text or a list of documents (pretokenize). on_merge(k) is called after each, for a progress bar."""
+    pieces = [list(piece.encode("utf-8")) for piece in pretokenize(text)]
     merges = []
     for k in range(n_merges):
         pair, pieces = learn_merge(pieces, 256 + k)
@@ -364,7 +371,7 @@ def train_merges_fast(text, n_merges, on_merge=None):
     times. After a merge only the pieces that held the pair are counted again (remerge_piece),
     and the best pair comes off a heap ordered by count and first place (pop_best_pair), so a
     merge costs the same at the end as at the start."""
-    freq = Counter(PRETOKENIZE.findall(text))  # insertion order: the order pieces first occur
+    freq = Counter(pretokenize(text))  # insertion order: the order pieces first occur
     pieces = [list(piece.encode("utf-8")) for piece in freq]
     weight = list(freq.values())
     counts, where, first = {}, {}, {}  # pair -> total count; -> the pieces that hold it; -> the first of them
@@ -480,12 +487,14 @@ def vocab_files(merges):
 
 def train_vocab(text, vocab_size, quiet=True):
     """vocab_size ids in all, as GPT-2's 50257: 256 bytes, vocab_size - 257 merges, <|endoftext|>.
-    -> the merges. The merges stop when no pair is left: too few distinct pairs, or a merge that
-    spells an earlier token again, is a UserError saying how many merges were learned."""
+    text: one text or a list of documents (no merge crosses from one into the next). -> the merges.
+    The merges stop when no pair is left: too few distinct pairs, or a merge that spells an
+    earlier token again, is a UserError saying how many merges were learned."""
     if vocab_size < 257:
         raise UserError(f"must be at least 257 (256 bytes and <|endoftext|>), got {vocab_size}", arg="--vocab-size")
     wanted = vocab_size - 257
-    most = max(len(text.encode("utf-8")) - 1, 0)  # each merge uses up at least one of the text's adjacent pairs
+    documents = [text] if isinstance(text, str) else text
+    most = max(sum(len(d.encode("utf-8")) for d in documents) - 1, 0)  # a merge uses up at least one adjacent pair
     with merge_progress(min(wanted, most), quiet) as on_merge:
         merges = train_merges_fast(text, wanted, on_merge=on_merge)
     if len(merges) < wanted:
@@ -559,7 +568,8 @@ def parse_args(argv):
     parser.add_argument("--steps", action="store_true", help="show each merge, from bytes to final tokens")
     parser.add_argument("--vocab-dir", default=DEFAULT_VOCAB_DIR,
                         help="folder with encoder.json and vocab.bpe (default: the copy in data/gpt2-vocab)")
-    parser.add_argument("--train", nargs="+", metavar="FILE", help="learn a vocabulary from these UTF-8 files")
+    parser.add_argument("--train", nargs="+", metavar="FILE", help="learn a vocabulary from these documents: UTF-8 "
+                                                                   ".txt files, folders of them, .jsonl files")
     parser.add_argument("--vocab-size", type=int, help="with --train: ids in all (256 bytes, the merges, "
                                                        "<|endoftext|>; GPT-2 has 50257)")
     parser.add_argument("--out", help="with --train: a new folder for encoder.json and vocab.bpe")
@@ -574,7 +584,7 @@ def parse_args(argv):
 def run_train(args):
     """--train: check --out first, learn the merges, write the two files."""
     check_new_folder(args.out)
-    merges = train_vocab(corpus.read_corpus(args.train), args.vocab_size, args.quiet)
+    merges = train_vocab(corpus.read_corpus(args.train)[0], args.vocab_size, args.quiet)
     write_vocab(args.out, merges)
     print(f"{args.out}: {args.vocab_size} ids ({len(merges)} merges); "
           f"python bpe.py --vocab-dir {args.out} \"text\" uses it")

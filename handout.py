@@ -110,6 +110,11 @@ EXERCISES = {
     23: ("a continuation's log-likelihood",
          [("evaluate.py", "continuation_ids", "test_a_contexts_trailing_whitespace_moves_to_the_continuation")],
          ["test_loglikelihood_is_the_continuations_log_probability_given_the_context"], "lambada"),
+    24: ("the masked loss",
+         [("backward.py", "cross_entropy", "test_the_fast_masked_loss_is_the_plain_one_and_the_reference"),
+          ("backward.py", "cross_entropy_backward",
+           "test_the_masked_positions_get_exactly_zero_gradient_through_the_head")],
+         ["test_the_loss_is_the_mean_over_the_response_tokens_alone"], "instruction"),
 }
 
 # Where the program runs an exercise's functions, so that a student sees their own code at work.
@@ -117,7 +122,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "lens": 'python gpt2_numpy.py --lens "text"', "heads": "look_inside.previous_token_scores and "
          "induction_scores on run_with_cache's patterns", "ablate": "look_inside.loss with a zero_ablate_head hook",
          "train": "python train.py", "from_scratch": "python train.py --from-scratch",
-         "perplexity": "python evaluate.py perplexity FILE", "lambada": "python evaluate.py lambada FILE"}
+         "perplexity": "python evaluate.py perplexity FILE", "lambada": "python evaluate.py lambada FILE",
+         "instruction": "python train.py --data PAIRS.jsonl (instruction data)"}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The

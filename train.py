@@ -5,6 +5,10 @@
         --n-embd 128 --context 64 --batch-size 12 --steps 2000 --lr 1e-3 --beta2 0.99  # from nothing
     python gpt2_numpy.py --model models/notes-124M "prompt"
 
+The data is documents (a .txt file, a folder of them, a .jsonl of {"text": ...}), each followed
+by <|endoftext|> so that a model learns to stop; or instruction data (a .jsonl of {"prompt":
+..., "response": ...}), where the loss counts only the response and its <|endoftext|>.
+
 From scratch, bpe.py first learns a vocabulary from the training part of the text (or
 --tokenizer reuses one), initialise.py gives the weights GPT-2's initialisation, and the
 same loop trains them; the folder written is a GPT-2 checkpoint like OpenAI's.
@@ -24,7 +28,7 @@ import time
 
 import numpy as np
 
-from backward import loss_and_grads
+from backward import IGNORE, loss_and_grads
 from gpt2_numpy import LAYER_NORM_EPS, generate, gpt2, layer_norm_eps, next_token_loss
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate
 import parameters
@@ -52,9 +56,44 @@ def split_text(text, val_fraction):
     return text[:cut], text[cut:]
 
 
+def held_out(sizes, val_fraction):
+    """How many of the last documents (or examples) the validation part holds: the fewest whose
+    characters (sizes: each one's) make at least val_fraction of all, at least one, and at least
+    one left to train on; 0 when val_fraction is 0."""
+    if not val_fraction:
+        return 0
+    from_the_end = np.cumsum(sizes[::-1])
+    k = int(np.searchsorted(from_the_end, val_fraction * from_the_end[-1])) + 1
+    return min(k, len(sizes) - 1)
+
+
+def split_documents(documents, val_fraction):
+    """-> (training documents, validation documents). Several: the split falls between documents,
+    the last held_out ones held out. One: split_text cuts its text, as one text always was cut."""
+    if len(documents) == 1:
+        return tuple([part] for part in split_text(documents[0], val_fraction))
+    cut = len(documents) - held_out([len(d) for d in documents], val_fraction)
+    return documents[:cut], documents[cut:]
+
+
+def document_ids(encoder, documents, ends=True):
+    """The token stream: each document's ids, then <|endoftext|> where it ends, so that a model
+    learns to stop. ends=False: the documents have no end to mark (one text, cut in two)."""
+    if ends and encoder.eot is None:
+        raise UserError("the vocabulary has no <|endoftext|> to end a document with: give the text as one document")
+    ids = []
+    for document in documents:
+        ids += encoder.encode(document) + [encoder.eot] * ends
+    return np.asarray(ids, np.int64)
+
+
 def text_ids(encoder, text, val_fraction, context):
-    """split_text, then each part's ids. -> (train ids, validation ids), each at least a context and its next token."""
-    train_ids, val_ids = (np.asarray(encoder.encode(part), np.int64) for part in split_text(text, val_fraction))
+    """The ids to train and validate on. text: one text, or a list of documents (split_documents,
+    then document_ids: one document is one text). -> (train ids, validation ids), each at least a
+    context and its next token."""
+    documents = [text] if isinstance(text, str) else text
+    parts = split_documents(documents, val_fraction)
+    train_ids, val_ids = (document_ids(encoder, part, ends=len(documents) > 1) for part in parts)
     if len(train_ids) < context + 1 or (val_fraction and len(val_ids) < context + 1):
         raise UserError(f"the text is too short for a context of {context}: it gives {len(train_ids):,} training and "
                         f"{len(val_ids):,} validation tokens, too few for a context of {context} in both "
@@ -67,6 +106,67 @@ def batch(ids, batch_size, context, rng):
     starts = rng.integers(0, len(ids) - context, batch_size)
     x = np.stack([ids[s:s + context] for s in starts])
     return x, np.stack([ids[s + 1:s + context + 1] for s in starts])
+
+
+# Instruction data: each example is its prompt, its response and <|endoftext|>, a row of its own
+# (not packed with others), and the loss counts the response and the <|endoftext|> alone.
+
+def example_ids(encoder, prompt, response):
+    """-> (the ids of prompt, response, <|endoftext|>; how many are the prompt's). The two are
+    encoded apart, as the model meets them: a prompt encoded alone, then the tokens it writes."""
+    if encoder.eot is None:
+        raise UserError("the vocabulary has no <|endoftext|> to end a response with")
+    prompt_ids = encoder.encode(prompt)
+    return prompt_ids + encoder.encode(response) + [encoder.eot], len(prompt_ids)
+
+
+def cut_example(ids, n_prompt, context):
+    """An example of more than context + 1 tokens, cut to that many, keeping the response's start:
+    the prompt's first tokens go first (its last one stays, to predict the response's first from),
+    then, if the response is still too long, its end. -> (ids, how many are the prompt's)"""
+    start = min(max(len(ids) - (context + 1), 0), max(n_prompt - 1, 0))
+    return ids[start:start + context + 1], n_prompt - start
+
+
+def example_row(ids, n_prompt):
+    """-> inputs [T], targets [T]: each position's next token, IGNORE where that is the prompt's."""
+    inputs, targets = np.asarray(ids[:-1], np.int64), np.asarray(ids[1:], np.int64)
+    targets[:max(n_prompt - 1, 0)] = IGNORE
+    return inputs, targets
+
+
+def example_rows(encoder, examples, val_fraction, context):
+    """Instruction data to train and validate on: [(prompt, response)] -> (training rows,
+    validation rows, how many examples were cut), a row an example's (inputs, targets); the
+    last held_out examples are held out."""
+    held = held_out([len(p) + len(r) for p, r in examples], val_fraction)
+    if val_fraction and not held:
+        raise UserError("one example leaves none to hold out for validation: give more, or --val-fraction 0")
+    rows, cut = [], 0
+    for prompt, response in examples:
+        ids, n_prompt = example_ids(encoder, prompt, response)
+        cut += len(ids) > context + 1
+        rows.append(example_row(*cut_example(ids, n_prompt, context)))
+    return rows[:len(rows) - held], rows[len(rows) - held:], cut
+
+
+def example_batch(rows, batch_size, rng):
+    """batch_size random rows, padded on the right to the longest: inputs [B, T], targets [B, T].
+    A pad's input is id 0 (the causal mask hides it from every earlier position) and its target IGNORE."""
+    picks = rng.integers(0, len(rows), batch_size)
+    longest = max(len(rows[i][0]) for i in picks)
+    x, y = np.zeros((batch_size, longest), np.int64), np.full((batch_size, longest), IGNORE, np.int64)
+    for b, i in enumerate(picks):
+        inputs, targets = rows[i]
+        x[b, :len(inputs)], y[b, :len(targets)] = inputs, targets
+    return x, y
+
+
+def training_batch(data, batch_size, context, rng):
+    """A micro-batch of the data: windows of a token stream (batch), or instruction rows (example_batch)."""
+    if isinstance(data, np.ndarray):
+        return batch(data, batch_size, context, rng)
+    return example_batch(data, batch_size, rng)
 
 
 # ============================================================================
@@ -126,7 +226,7 @@ def train_step(params, n_head, state, train_ids, step, *, steps, batch_size, con
     rng = np.random.default_rng([seed, step])
     total, loss = None, 0.0
     for _ in range(accum):
-        x, y = batch(train_ids, batch_size, context, rng)
+        x, y = training_batch(train_ids, batch_size, context, rng)
         micro, grads = loss_and_grads(x, y, params, n_head, dropout, rng, buffers, eps)
         total = grads if accum == 1 else accumulate(total, grads)
         loss += micro / accum
@@ -196,12 +296,15 @@ def sample(params, hparams, encoder, seed, start_ids=(), n_tokens=30):
 
 
 def validation_loss(params, n_head, val_ids, context, batches=4, batch_size=4, eps=LAYER_NORM_EPS):
-    """The loss on held-out windows: the forward pass only."""
+    """The loss on held-out windows (or examples, over their responses): the forward pass only."""
     rng = np.random.default_rng(0)  # the same windows every time, so the numbers compare
     losses = []
     for _ in range(batches):
-        x, y = batch(val_ids, batch_size, context, rng)
-        losses.append(next_token_loss(gpt2(x, params, n_head, eps=eps), y))
+        x, y = training_batch(val_ids, batch_size, context, rng)
+        logits = gpt2(x, params, n_head, eps=eps)
+        if (y == IGNORE).any():
+            logits, y = logits[y != IGNORE], y[y != IGNORE]
+        losses.append(next_token_loss(logits, y))
     return float(np.mean(losses))
 
 

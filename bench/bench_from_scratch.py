@@ -61,7 +61,7 @@ def ours(vocab_size, steps, seed=0):
     from initialise import init_params
     from optimizer import new_adamw_state
 
-    text = corpus.read_corpus([train.CORPUS])
+    text, = corpus.read_documents([train.CORPUS])  # one document: split as one text, as train.py splits it
     train_text, val_text = train.split_text(text, 0.1)
     t = time.perf_counter()
     merges = bpe.train_vocab(train_text, vocab_size)

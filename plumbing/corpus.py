@@ -1,25 +1,50 @@
 """The text that a model (train.py --data) or a vocabulary (bpe.py --train) learns from.
 
-A corpus is a list of documents: a .txt file is one document, and a folder gives each of its
-.txt files, in sorted order. Both commands read it here and join it with join_documents, so
-that a vocabulary and the model trained with it see the same text.
+A corpus is a list of documents: a .txt file is one document, a folder gives each of its .txt
+files, in sorted order, and a .jsonl file gives each line's {"text": ...}. A .jsonl file whose
+lines are {"prompt": ..., "response": ...} is instruction data: each line one example.
+Both commands read it here (read_corpus), so that a vocabulary and the model trained with it see
+the same documents; where one document ends, train.py puts <|endoftext|> and bpe.py stops its
+pieces, so that no merge crosses from one document into the next.
 """
+import json
 import os
 import sys
 
 from plumbing.errors import UserError, read_text
 
-SEPARATOR = "\n\n"  # between two documents: a blank line, as between two paragraphs
+SEPARATOR = "\n\n"  # the old way between two documents: a blank line, as between two paragraphs
+TEXT, INSTRUCTION = ("text",), ("prompt", "response")  # a .jsonl line's keys: a document, or an example
+
+
+def read_corpus(paths):
+    """-> (documents, examples): documents [text, ...] (read_documents), and examples
+    [(prompt, response), ...] when the data is instruction data, else None. The documents of
+    instruction data are its prompts and responses joined: what a vocabulary learns from."""
+    read = [read_jsonl(path) if is_jsonl(path) else (TEXT, read_documents([path])) for path in paths]
+    kinds = {kind for kind, _ in read}
+    if len(kinds) > 1:
+        raise UserError("the data mixes documents and instruction data (prompt, response): give one kind")
+    if kinds == {TEXT}:
+        return [d for _, items in read for d in items], None
+    examples = [e for _, items in read for e in items]
+    return [prompt + response for prompt, response in examples], examples
 
 
 def read_documents(paths):
-    """-> [text, ...]: each path a UTF-8 .txt file (one document) or a folder (each .txt file in
-    it, sorted by name). A file named on its own must hold text; an empty one in a folder is
-    skipped with a note, so that one stray file does not stop a run, but a folder with no text
-    at all is a UserError."""
+    """-> [text, ...]: each path a UTF-8 .txt file (one document), a folder (each .txt file in
+    it, sorted by name) or a .jsonl file of {"text": ...} lines. A file named on its own must
+    hold text; an empty one in a folder is skipped with a note, so that one stray file does not
+    stop a run, but a folder with no text at all is a UserError."""
     documents = []
     for path in paths:
-        documents += folder_documents(path) if os.path.isdir(path) else [read_text(path)]
+        if os.path.isdir(path):
+            documents += folder_documents(path)
+        elif is_jsonl(path):
+            kind, items = read_jsonl(path)
+            documents += items if kind == TEXT else [prompt + response for prompt, response in items]
+        else:
+            documents.append(read_text(path))
     return documents
 
 
@@ -41,11 +66,53 @@ def folder_documents(folder):
     return documents
 
 
+def is_jsonl(path):
+    return path.endswith(".jsonl") and not os.path.isdir(path)
+
+
+def read_jsonl(path):
+    """A .jsonl file, one JSON object a line (blank lines skipped), all of one kind.
+    -> (TEXT, [text, ...]) or (INSTRUCTION, [(prompt, response), ...]). A line that is not a
+    JSON object, that has neither kind's keys (or both), whose values are not strings, or whose
+    text or response is empty, and a file that mixes the kinds, is a UserError naming the line."""
+    kind, items = None, []
+    for n, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"line {n} is not JSON ({e.msg})", path=path) from None
+        this = line_kind(item)
+        if this is None:
+            raise UserError(f'line {n} is not {{"text": ...}} nor {{"prompt": ..., "response": ...}}', path=path)
+        if kind not in (None, this):
+            raise UserError(f"line {n} is {describe(this)}, but the lines before it are {describe(kind)}: "
+                            "give one kind", path=path)
+        kind, values = this, [item[key] for key in this]
+        if not all(isinstance(v, str) for v in values):
+            raise UserError(f"line {n}: {' and '.join(map(repr, this))} must be strings", path=path)
+        if not values[-1]:
+            raise UserError(f"line {n}'s {this[-1]} is empty", path=path)
+        items.append(values[0] if kind == TEXT else tuple(values))
+    return kind, items
+
+
+def line_kind(item):
+    """TEXT, INSTRUCTION, or None: which keys the line has (exactly one kind's)."""
+    if not isinstance(item, dict):
+        return None
+    has = {kind for kind in (TEXT, INSTRUCTION) if all(key in item for key in kind)}
+    if len(has) != 1 or (TEXT in has and any(key in item for key in INSTRUCTION)):
+        return None
+    return has.pop()
+
+
+def describe(kind):
+    return "a document (text)" if kind == TEXT else "an example (prompt, response)"
+
+
 def join_documents(documents):
-    """The documents as one text, SEPARATOR between each two: the one rule for where a document ends."""
+    """The documents as one text, SEPARATOR between each two: how the project joined them before
+    each document ended with <|endoftext|> (a reader that wants one text, and the tests' "before")."""
     return SEPARATOR.join(documents)
-
-
-def read_corpus(paths):
-    """The text that bpe.py --train and train.py --data learn from: read_documents, joined."""
-    return join_documents(read_documents(paths))

@@ -47,12 +47,14 @@ class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on a text file, or train "
-                                                             "one from nothing (--from-scratch).",
+    p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on documents or instruction "
+                                                             "data, or train one from nothing (--from-scratch).",
                                 formatter_class=DefaultsHelp, allow_abbrev=False)
     p.add_argument("--model", default="124M", help="124M, 355M, 774M, a model folder, or hf:owner/name")
-    p.add_argument("--data", help="a UTF-8 .txt file, or a folder of them (from scratch, if not given: "
-                                  "data/tinyshakespeare.txt; with --resume: the saved run's)")
+    p.add_argument("--data", help="documents: a UTF-8 .txt file, a folder of them, or a .jsonl of {\"text\": ...} "
+                                  "lines; or instruction data: a .jsonl of {\"prompt\": ..., \"response\": ...} "
+                                  "lines (from scratch, if not given: data/tinyshakespeare.txt; with --resume: the "
+                                  "saved run's)")
     p.add_argument("--out", required=True, help="the folder to write the trained model to")
     p.add_argument("--models-dir", help="where model sizes are downloaded (default: $GPT2_MODELS_DIR, else "
                                         "models/ beside train.py)")
@@ -69,7 +71,8 @@ def parser():
     p.add_argument("--grad-clip", type=float, default=1.0, help="clip gradients to this global norm (0: never)")
     p.add_argument("--dropout", type=float, default=0.0, help="dropout probability (GPT-2 was trained with 0.1; "
                                                               "fine-tuning usually uses 0)")
-    p.add_argument("--val-fraction", type=float, default=0.1, help="the end of the text held out for validation")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="the end of the data held out for validation (the "
+                                                                   "last documents or examples, at least one)")
     p.add_argument("--eval-every", type=int, default=50, help="print the validation loss every N steps (and at "
                                                               "the end)")
     p.add_argument("--sample-every", type=int, default=100, help="print a short sample every N steps")
@@ -120,7 +123,7 @@ def check_flags(args):
     if args.vocab_size is not None and args.vocab_size < 257:
         fail(f"--vocab-size must be at least 257 (256 bytes and <|endoftext|>), got {args.vocab_size}")
     if args.data is None and not args.resume and not args.from_scratch:
-        fail("--data is required: a UTF-8 .txt file, or a folder of them")
+        fail("--data is required: a UTF-8 .txt file, a folder of them, or a .jsonl file")
 
 
 def parse_args(argv):
@@ -176,8 +179,8 @@ def parameter_table(hparams):
     return "\n".join(lines)
 
 
-def new_model(args, text, vocab_dir):
-    """From scratch: --tokenizer's vocabulary, or one learned from the training part of the text
+def new_model(args, documents, vocab_dir):
+    """From scratch: --tokenizer's vocabulary, or one learned from the training documents
     into vocab_dir, and the model's shape. -> (the vocabulary's folder, its encoder, hparams)"""
     if args.tokenizer:
         encoder = bpe.get_encoder(args.tokenizer)
@@ -186,8 +189,8 @@ def new_model(args, text, vocab_dir):
                             f"{encoder.n_vocab} ids: give one of them")
         vocab_dir = args.tokenizer
     else:
-        train_text, _ = train.split_text(text, args.val_fraction)
-        bpe.write_vocab(vocab_dir, bpe.train_vocab(train_text, args.vocab_size or 257, args.quiet))
+        train_documents, _ = train.split_documents(documents, args.val_fraction)
+        bpe.write_vocab(vocab_dir, bpe.train_vocab(train_documents, args.vocab_size or 257, args.quiet))
         encoder = bpe.get_encoder(vocab_dir)
     if encoder.eot is None:
         raise UserError("its vocabulary has no <|endoftext|>", path=vocab_dir)
@@ -211,6 +214,17 @@ def saved_model(args):
     return folder, bpe.get_encoder(folder), hparams, params
 
 
+def data_ids(encoder, documents, examples, val_fraction, context):
+    """The data to train and validate on: the documents' token streams, or instruction data's
+    rows (saying how many examples there are, and how many were cut to fit the context)."""
+    if examples is None:
+        return train.text_ids(encoder, documents, val_fraction, context)
+    train_rows, val_rows, cut = train.example_rows(encoder, examples, val_fraction, context)
+    print(f"instruction data: {len(examples):,} examples, {len(val_rows):,} held out for validation; {cut:,} longer "
+          f"than --context {context} + 1 tokens, cut to fit (the prompt's first tokens dropped first)")
+    return train_rows, val_rows
+
+
 def run(args):
     check_out(args.out, args.resume)
     if args.resume:
@@ -220,14 +234,14 @@ def run(args):
     if args.warmup is None:
         args.warmup = min(20, args.steps // 10)
     new = args.from_scratch and not args.resume
-    text = corpus.read_corpus([args.data or train.CORPUS])
+    documents, examples = corpus.read_corpus([args.data or train.CORPUS])
     # a learned vocabulary waits here, beside --out, until each save copies it in
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out)), prefix=".vocab-") as scratch:
         if new:
-            vocab_dir, encoder, hparams = new_model(args, text, os.path.join(scratch, "vocab"))
+            vocab_dir, encoder, hparams = new_model(args, documents, os.path.join(scratch, "vocab"))
         else:
             vocab_dir, encoder, hparams, params = saved_model(args)
-        train_ids, val_ids = train.text_ids(encoder, text, args.val_fraction, args.context)
+        train_ids, val_ids = data_ids(encoder, documents, examples, args.val_fraction, args.context)
         train.check_memory(hparams, args.batch_size, args.context, available_memory())
         if new:  # its weights are made once the run is known to fit
             print(parameter_table(hparams))  # even with --quiet: what is being trained

@@ -189,6 +189,8 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
                    "--json", "--quiet"],
     "lambada": ["evaluate.py", "lambada", os.path.join("tests", "data", "eval", "lambada.jsonl"), "--model", "model",
                 "--json", "--quiet"],
+    "instruction": ["train.py", "--model", "model", "--data", "pairs.jsonl", "--out", "trained", "--steps", "3",
+                    "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "100", "--quiet"],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -206,6 +208,7 @@ WRONG = {
                        "return [([prefix_id], ids[s:s + context]) for s in range(0, len(ids), context)]",
     # each window from scratch after <|endoftext|>: no context carried over
     "continuation_ids": "return [end_of_text(encoder)] + encoder.encode(context), encoder.encode(continuation)",
+    "cross_entropy": "return next_token_loss(logits, targets), log_softmax(logits)",  # the mask forgotten: -1 is V - 1
 }
 
 
@@ -221,6 +224,8 @@ def project_copy(folder, numbers, bodies=None):
     words = "the cat sat on a mat and the dog ran to the park while birds sang".split()
     with open(os.path.join(folder, "notes.txt"), "w", encoding="utf-8") as f:
         f.write(" ".join(words[i * 7 % len(words)] for i in range(600)))
+    with open(os.path.join(folder, "pairs.jsonl"), "w", encoding="utf-8") as f:  # instruction data: the loss is masked
+        f.write("".join(f'{{"prompt": "Say {w} backwards:", "response": " {w[::-1]}"}}\n' for w in words))
     return folder
 
 

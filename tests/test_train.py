@@ -515,19 +515,19 @@ def test_one_empty_file_in_a_data_folder_does_not_stop_a_run(tiny_model, corpus,
 
 
 def test_bpe_train_and_train_py_read_the_same_text(tmp_path):
-    """bpe.py --train learns from the documents joined as train.py joins them."""
+    """bpe.py --train learns from the documents as train.py reads them: each on its own."""
     import bpe
     from plumbing import corpus
     files = [str(tmp_path / f"{i}.txt") for i in range(6)]
-    for i, path in enumerate(files):  # where a document ends is a frequent pair here: the separator shows
+    for i, path in enumerate(files):  # where a document ends is a frequent pair here, if the documents are joined
         with open(path, "w", encoding="utf-8") as f:
             f.write("the cat.\n" if i < 3 else "a dog\n")
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bpe.py"), "--train", *files, "--vocab-size", "262",
                         "--out", str(tmp_path / "v"), "--quiet"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    text = corpus.join_documents(corpus.read_documents(files))
+    text = corpus.read_documents(files)
     want = bpe.vocab_files(bpe.train_merges_fast(text, 262 - 257))[1]
-    assert want != bpe.vocab_files(bpe.train_merges_fast("\n".join(corpus.read_documents(files)), 5))[1]
+    assert want != bpe.vocab_files(bpe.train_merges_fast(corpus.join_documents(corpus.read_documents(files)), 5))[1]
     assert (tmp_path / "v" / "vocab.bpe").read_text(encoding="utf-8") == want
 
 

@@ -1,0 +1,53 @@
+"""Write tests/data/masked_golden.npz: the masked loss and every parameter's gradient that torch
+autograd computes on Hugging Face's GPT2LMHeadModel holding the committed "odd" checkpoint, with
+torch.nn.functional.cross_entropy(..., ignore_index=-1): the loss of instruction data, whose prompt
+positions and padding have the target -1 (backward.IGNORE). Dev-only: `pip install torch==2.13.0
+transformers`. Run: python tests/data/make_masked_golden.py
+
+Under "masked/": ids and targets [B, T] (row 0: a prompt of 4 positions, then the response; row 1:
+a prompt of 2, the response, then 3 of padding); loss; and each parameter's gradient by checkpoint
+name, wte's as make_grad_golden.py keeps it (the rows the batch touches and 32 more, and its norm).
+"""
+import os
+
+import numpy as np
+import torch
+
+from make_grad_golden import our_names
+from make_hf_golden import HERE, hf_model
+
+IGNORE = -1
+
+
+def masked_case(name, B, T, seed):
+    model, hp = hf_model(name)
+    rng = np.random.default_rng(seed)
+    ids, targets = rng.integers(0, hp["n_vocab"], (B, T)), rng.integers(0, hp["n_vocab"], (B, T))
+    targets[0, :4] = IGNORE  # a prompt's positions
+    targets[1, :2] = IGNORE
+    targets[1, -3:] = IGNORE  # padding
+    ids[1, -3:] = 0
+    model.zero_grad()
+    logits = model(torch.tensor(ids)).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, hp["n_vocab"]), torch.tensor(targets).reshape(-1),
+                                             ignore_index=IGNORE)
+    loss.backward()
+    params = dict(model.named_parameters())
+    out = {"ids": ids, "targets": targets, "loss": np.float32(loss.item())}
+    for ours, theirs in our_names(hp["n_layer"]).items():
+        out[ours] = params[theirs].grad.numpy()
+    wte = params["transformer.wte.weight"].grad.numpy()
+    rows = np.union1d(ids.ravel(), rng.choice(hp["n_vocab"], 32, replace=False))
+    out.update({"wte/rows": rows, "wte/grad_rows": wte[rows], "wte/norm": np.float32(np.linalg.norm(wte))})
+    return out
+
+
+def main():
+    golden = {f"masked/{k}": v for k, v in masked_case("odd", 2, 11, 7).items()}
+    golden["versions"] = np.array([f"torch {torch.__version__}"])
+    np.savez_compressed(os.path.join(HERE, "masked_golden.npz"), **golden)
+    print(sorted(golden))
+
+
+if __name__ == "__main__":
+    main()
