@@ -78,7 +78,8 @@ def split_documents(documents, val_fraction):
 
 def document_ids(encoder, documents, ends=True):
     """The token stream: each document's ids, then <|endoftext|> where it ends, so that a model
-    learns to stop. ends=False: the documents have no end to mark (one text, cut in two)."""
+    learns to stop. ends=False: the last document's end is not here (one text cut in two: its
+    training part)."""
     if ends and encoder.eot is None:
         raise UserError("the vocabulary has no <|endoftext|> to end a document with: give the text as one document")
     ids = []
@@ -92,8 +93,13 @@ def text_ids(encoder, text, val_fraction, context):
     then document_ids: one document is one text). -> (train ids, validation ids), each at least a
     context and its next token."""
     documents = [text] if isinstance(text, str) else text
-    parts = split_documents(documents, val_fraction)
-    train_ids, val_ids = (document_ids(encoder, part, ends=len(documents) > 1) for part in parts)
+    if len(documents) == 1:  # cut in two: the document's end, and its <|endoftext|>, is in the last part with text
+        train_text, val_text = split_text(documents[0], val_fraction)
+        marked = encoder.eot is not None
+        train_ids = document_ids(encoder, [train_text], ends=marked and not val_text)
+        val_ids = document_ids(encoder, [val_text], ends=marked) if val_text else np.zeros(0, np.int64)
+    else:
+        train_ids, val_ids = (document_ids(encoder, part) for part in split_documents(documents, val_fraction))
     if len(train_ids) < context + 1 or (val_fraction and len(val_ids) < context + 1):
         raise UserError(f"the text is too short for a context of {context}: it gives {len(train_ids):,} training and "
                         f"{len(val_ids):,} validation tokens, too few for a context of {context} in both "

@@ -82,12 +82,17 @@ def test_the_split_falls_between_documents_at_least_one_each_side():
 
 
 def test_one_document_is_split_as_one_text_always_was(encoder):
-    """A single document falls back to the fraction split of its text, with no <|endoftext|>: it has
-    no boundary to mark, and its one end would be in the validation part."""
+    """A single document falls back to the fraction split of its text. Its one end, and so its
+    <|endoftext|>, is in the validation part; with nothing held out, in the training part."""
     text = "the cat sat on the mat. " * 40
     assert [a.tolist() for a in train.text_ids(encoder, [text], 0.25, 8)] == \
            [a.tolist() for a in train.text_ids(encoder, text, 0.25, 8)]
     assert train.split_documents([text], 0.25) == ([text[:720]], [text[720:]])
+    train_ids, val_ids = train.text_ids(encoder, text, 0.25, 8)
+    assert train_ids.tolist() == encoder.encode(text[:720])
+    assert val_ids.tolist() == encoder.encode(text[720:]) + [encoder.eot]
+    train_ids, val_ids = train.text_ids(encoder, text, 0.0, 8)
+    assert train_ids.tolist() == encoder.encode(text) + [encoder.eot] and len(val_ids) == 0
 
 
 def test_no_merge_crosses_a_document_boundary():

@@ -535,7 +535,8 @@ def test_the_split_is_stated_once_the_end_of_the_text_held_out(encoder):
     text = "the cat sat on the mat. " * 40
     train_ids, val_ids = train.text_ids(encoder, text, 0.25, 8)
     cut = len(text) - len(text) // 4
-    assert train_ids.tolist() == encoder.encode(text[:cut]) and val_ids.tolist() == encoder.encode(text[cut:])
+    assert train_ids.tolist() == encoder.encode(text[:cut])
+    assert val_ids.tolist() == encoder.encode(text[cut:]) + [encoder.eot]  # the document ends in the held-out part
     with pytest.raises(UserError, match="too short for a context of 200") as e:
         train.text_ids(encoder, text, 0.25, 200)
     assert "too few for a context of 200 in both" in str(e.value)
