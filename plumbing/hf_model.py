@@ -37,7 +37,7 @@ TORCH_NAMES = {"w": "weight", "b": "bias", "g": "weight"}  # a layer's parameter
 
 
 class HubFolderError(UserError):
-    """A Hugging Face folder that cannot be run here; .path names the file."""
+    """A Hugging Face folder that cannot be run (or written) here; .path names the file."""
 
 
 def is_hf_folder(folder):
