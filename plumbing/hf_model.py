@@ -1,7 +1,9 @@
 """GPT-2s in Hugging Face's format: a folder with config.json, model.safetensors (or shards),
-vocab.json and merges.txt, as `save_pretrained` writes it and the Hub serves it.
+vocab.json and merges.txt, as `save_pretrained` writes it and the Hub serves it; read here, and
+written here (convert.py --to hf) as save_pretrained would write it.
 
-The tensors get the checkpoint's names, so the model never knows where they came from:
+The tensors are the checkpoint's under torch's names, stated once (hf_name; reading goes through
+the same names backwards), so the model never knows where they came from:
 
     Hugging Face (with or without "transformer.")     here
     wte.weight, wpe.weight                             wte, wpe
@@ -9,25 +11,33 @@ The tensors get the checkpoint's names, so the model never knows where they came
     h.3.attn.c_attn.weight (Conv1D: [n_in, n_out])     h3/attn/c_attn/w (the same layout)
     ln_f.weight, ln_f.bias                             ln_f/g, ln_f/b
     h.3.attn.bias, h.3.attn.masked_bias                (causal-mask buffers of older files: skipped)
-    lm_head.weight                                     (the tied head: it must equal wte)
+    lm_head.weight                                     (the tied head: it must equal wte; not written)
 
 config.json's options that change the architecture are either implemented (n_inner, the
 MLP's width; layer_norm_epsilon) or refused by name: never silently wrong logits.
 """
+import json
 import os
+import shutil
 
 import numpy as np
 
+from bpe import TOKENIZER_FILES
 from gpt2_numpy import LAYER_NORM_EPS
 from plumbing import shapes
 from plumbing.errors import UserError, read_json
-from plumbing.safetensors_reader import load_folder
+from plumbing.folders import whole_folder
+from plumbing.safetensors_reader import SafetensorsError, load_folder
+from plumbing.safetensors_writer import write_safetensors
 
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # two names for GPT-2's tanh approximation
+CONFIG_NAMES = {"n_vocab": "vocab_size", "n_ctx": "n_positions", "n_embd": "n_embd", "n_head": "n_head",
+                "n_layer": "n_layer"}  # hparams.json's names -> config.json's
+TORCH_NAMES = {"w": "weight", "b": "bias", "g": "weight"}  # a layer's parameters, in torch's words
 
 
 class HubFolderError(UserError):
-    """A Hugging Face folder that cannot be run here; .path names the file."""
+    """A Hugging Face folder that cannot be run (or written) here; .path names the file."""
 
 
 def is_hf_folder(folder):
@@ -52,10 +62,8 @@ def read_config(folder):
         if used:
             raise HubFolderError(f"{option} = {config.get(option)!r} changes GPT-2's architecture, and this "
                                  "project does not implement it", path=path)
-    names = {"n_vocab": "vocab_size", "n_ctx": "n_positions", "n_embd": "n_embd", "n_head": "n_head",
-             "n_layer": "n_layer"}
-    hp = {ours: config.get(theirs) for ours, theirs in names.items()}
-    bad = [theirs for ours, theirs in names.items() if not isinstance(hp[ours], int) or hp[ours] < 1]
+    hp = {ours: config.get(theirs) for ours, theirs in CONFIG_NAMES.items()}
+    bad = [theirs for ours, theirs in CONFIG_NAMES.items() if not isinstance(hp[ours], int) or hp[ours] < 1]
     if bad:
         raise HubFolderError(f"needs a positive integer {bad[0]}", path=path)
     if hp["n_embd"] % hp["n_head"]:
@@ -65,18 +73,26 @@ def read_config(folder):
     return hp
 
 
-def our_name(name):
-    """A Hugging Face tensor name -> the checkpoint's (shapes.py), or None for a mask buffer."""
-    name = name[len("transformer."):] if name.startswith("transformer.") else name
+def hf_name(name):
+    """The checkpoint's name (shapes.py) -> Hugging Face's: h3/attn/c_attn/w -> transformer.h.3.attn.c_attn.weight,
+    ln_f/g -> transformer.ln_f.weight, wte -> transformer.wte.weight (an embedding's table is its weight)."""
+    *layer, last = name.split("/")
+    block = shapes.block_index(name)
+    if block is not None:
+        layer[0] = f"h.{block}"
+    return ".".join(["transformer", *layer, TORCH_NAMES[last]] if layer else ["transformer", last, "weight"])
+
+
+def our_names(hp):
+    """{Hugging Face's name: the checkpoint's} for every tensor of a GPT-2 of these hparams: hf_name backwards."""
+    return {hf_name(name): name for name in shapes.tensor_shapes(hp)}
+
+
+def is_mask_buffer(name):
+    """h.3.attn.bias and h.3.attn.masked_bias: the causal mask, which older files stored as if a weight."""
     parts = name.split(".")
-    if parts[0] == "h" and len(parts) >= 3 and parts[1].isdigit():
-        if parts[2:] in (["attn", "bias"], ["attn", "masked_bias"]):
-            return None
-        parts = [f"h{parts[1]}"] + parts[2:]
-    last = {"weight": "w", "bias": "b"}.get(parts[-1], parts[-1])
-    if last == "w" and (parts[-2].startswith("ln_") or parts[:1] in (["wte"], ["wpe"])):
-        last = "g" if parts[-2].startswith("ln_") else None
-    return "/".join(parts[:-1] + ([last] if last else []))
+    return len(parts) == 4 and parts[0] == "h" and parts[1].isdigit() and parts[2:] in (
+        ["attn", "bias"], ["attn", "masked_bias"])
 
 
 def load_hf_folder(folder):
@@ -91,23 +107,94 @@ def load_hf_folder(folder):
                                  "model.safetensors", path=folder)
         raise HubFolderError("has no model.safetensors (nor model.safetensors.index.json)", path=folder)
     tensors, converted = load_folder(folder)
-    flat, head = {}, None
+    ours, flat, head, unexpected = our_names(hp), {}, None, []
     for name, array in tensors.items():
-        if name in ("lm_head.weight", "transformer.lm_head.weight"):
+        short = name[len("transformer."):] if name.startswith("transformer.") else name
+        if short == "lm_head.weight":
             head = array
-            continue
-        ours = our_name(name)
-        if ours is not None:
-            flat[ours] = array
+        elif "transformer." + short in ours:
+            flat[ours["transformer." + short]] = array
+        elif not is_mask_buffer(short):
+            unexpected.append(name)
     want = shapes.tensor_shapes(hp)
-    for problem, names in (("missing", sorted(set(want) - set(flat))), ("unexpected", sorted(set(flat) - set(want)))):
+    for problem, names in (("missing", [hf_name(n) for n in want if n not in flat]), ("unexpected", sorted(unexpected))):
         if names:
             raise HubFolderError(f"the weights have {problem} tensor {names[0]} (for the shape in config.json)",
                                  path=folder)
     for name, shape in want.items():
         if flat[name].shape != shape:
-            raise HubFolderError(f"{name} has shape {flat[name].shape}, config.json implies {shape}", path=folder)
+            raise HubFolderError(f"{hf_name(name)} has shape {flat[name].shape}, config.json implies {shape}",
+                                 path=folder)
     if head is not None and not (head.shape == flat["wte"].shape and np.array_equal(head, flat["wte"])):
         raise HubFolderError("lm_head.weight differs from wte: an untied output layer, which this project does not "
                              "implement (GPT-2 ties them)", path=folder)
     return hp, shapes.nest(flat, hp["n_layer"]), converted  # the layer norms' eps is in hp, a hyperparameter
+
+
+# ----------------------------------------------------------------------------
+# Writing a folder, as save_pretrained would
+# ----------------------------------------------------------------------------
+
+def config(hp, eot):
+    """config.json for GPT2LMHeadModel: what transformers' save_pretrained writes for a GPT-2 of these
+    hparams (GPT2Config's defaults for the rest), but transformers_version: this is not transformers.
+    n_ctx is the released models' duplicate of n_positions, which TransformerLens reads. eot: the
+    vocabulary's <|endoftext|>, which is GPT-2's bos and eos."""
+    d = hp["n_embd"]
+    n_inner = hp.get("n_inner") or 4 * d
+    return {"activation_function": "gelu_new", "add_cross_attention": False, "architectures": ["GPT2LMHeadModel"],
+            "attn_pdrop": 0.1, "bos_token_id": eot, "dtype": "float32", "embd_pdrop": 0.1, "eos_token_id": eot,
+            "initializer_range": 0.02, "layer_norm_epsilon": hp.get("layer_norm_epsilon", LAYER_NORM_EPS),
+            "model_type": "gpt2", "n_ctx": hp["n_ctx"], "n_inner": None if n_inner == 4 * d else n_inner,
+            "pad_token_id": None, "reorder_and_upcast_attn": False, "resid_pdrop": 0.1,
+            "scale_attn_by_inverse_layer_idx": False, "scale_attn_weights": True, "summary_activation": None,
+            "summary_first_dropout": 0.1, "summary_proj_to_labels": True, "summary_type": "cls_index",
+            "summary_use_proj": True, "tie_word_embeddings": True, "use_cache": True,
+            **{theirs: hp[ours] for ours, theirs in CONFIG_NAMES.items()}}
+
+
+def generation_config(eot):
+    """generation_config.json, as save_pretrained derives it from the model's config."""
+    return {"_from_model_config": True, "bos_token_id": eot, "eos_token_id": eot, "output_attentions": False,
+            "output_hidden_states": False, "use_cache": True}
+
+
+def json_file(content):
+    """A JSON file as transformers writes its own: keys sorted, two spaces, a newline at the end."""
+    return (json.dumps(content, indent=2, sort_keys=True) + "\n").encode()
+
+
+def merges_txt(vocab_bpe):
+    """vocab.bpe's bytes as merges.txt: the same lines, under the "#version" line that Hugging Face's
+    readers skip (OpenAI's file has it; a file without it would lose its first merge to some readers)."""
+    return vocab_bpe if vocab_bpe.startswith(b"#version") else b"#version: 0.2\n" + vocab_bpe
+
+
+def write_hf_folder(folder, params, hparams, vocab_dir, eot):
+    """Write params as a Hugging Face folder that GPT2LMHeadModel.from_pretrained and
+    GPT2TokenizerFast.from_pretrained load: config.json, generation_config.json, model.safetensors
+    (float32, the tied head left out as save_pretrained leaves it), and the tokenizer's two files from
+    vocab_dir (under OpenAI's names or Hugging Face's), whole or not at all."""
+    flat = shapes.flatten(params)
+    for name, shape in shapes.tensor_shapes(hparams).items():
+        if flat[name].shape != shape:
+            raise HubFolderError(f"{name} has shape {flat[name].shape}, its hparams imply {shape}", path=folder)
+    tensors = {hf_name(name): array for name, array in flat.items()}
+    files = {"config.json": json_file(config(hparams, eot)), "generation_config.json": json_file(generation_config(eot)),
+             "tokenizer_config.json": json_file({"model_max_length": hparams["n_ctx"]})}
+    with whole_folder(folder, "the Hugging Face folder", HubFolderError) as tmp:
+        try:
+            write_safetensors(os.path.join(tmp, "model.safetensors"), tensors, metadata={"format": "pt"})
+        except SafetensorsError as e:  # it names the hidden folder, which is gone: name the one asked for
+            raise HubFolderError(e.message, path=folder) from None
+        for name, hf in TOKENIZER_FILES.items():
+            source = os.path.join(vocab_dir, name if os.path.exists(os.path.join(vocab_dir, name)) else hf)
+            if hf == "merges.txt":
+                with open(source, "rb") as f:
+                    files[hf] = merges_txt(f.read())
+            else:
+                shutil.copy(source, os.path.join(tmp, hf))
+        for name, content in files.items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(content)
+    return folder
