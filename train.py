@@ -95,10 +95,10 @@ def check_memory(hparams, batch_size, context, free, adapter_size=0):
     adapter_size: a LoRA run's (lora_size), else 0."""
     if context > hparams["n_ctx"]:
         raise UserError(f"--context {context} is longer than the model's {hparams['n_ctx']} positions")
-    what = ("LoRA on this model (4 bytes a frozen weight, 16 an adapter's" if adapter_size else
-            "training this model (16 bytes a parameter")
+    what, per = (("LoRA on this model", "4 bytes a frozen weight, 16 an adapter's") if adapter_size else
+                 ("training this model", "16 bytes a parameter"))
     check_fits(memory_needed(hparams, batch_size, context, adapter_size), free, f"{what} at --batch-size "
-               f"{batch_size} --context {context}, plus activations)", "use a smaller model, batch or context")
+               f"{batch_size} --context {context} ({per}, plus activations)", "use a smaller model, batch or context")
 
 
 # ============================================================================

@@ -78,6 +78,6 @@ def read_adapter(folder):
         if not name.startswith(PREFIX) or not name.endswith(".weight") or array.ndim != 2:
             raise UserError(f"holds {name}, not a LoRA adapter's tensor", path=os.path.join(folder, ADAPTER_FILE))
         block, part, layer, matrix = name[len(PREFIX):-len(".weight")].split(".")
-        flat[f"h{block}/{part}/{layer}/lora/{matrix[len('lora_'):]}"] = np.array(array.T, dtype=np.float32)
+        flat[f"h{block}/{part}/{layer}/lora/{matrix[len('lora_'):]}"] = np.array(array.T, np.float32, order="C")
     n_layer = 1 + max(shapes.block_index(name) for name in flat)
     return shapes.nest(flat, n_layer), config

@@ -135,15 +135,13 @@ def check_flags(args):
 
 
 def check_lora_flags(args):
-    """--lora-rank R >= 1, the other LoRA flags only with it; --lora-targets in the order a block meets
-    its layers, so that a resumed run compares them as written once."""
-    if args.lora_rank is None:
-        if args.given & {"lora_alpha", "lora_targets"}:
-            fail("--lora-alpha and --lora-targets go with --lora-rank")
-        return
-    if args.lora_rank < 1:
+    """--lora-rank R >= 1, the other LoRA flags only with it (with --resume, the saved run's flags decide:
+    resumed_flags); --lora-targets in the order a block meets its layers, so that they compare as one."""
+    if args.lora_rank is None and not args.resume and args.given & {"lora_alpha", "lora_targets"}:
+        fail("--lora-alpha and --lora-targets go with --lora-rank")
+    if args.lora_rank is not None and args.lora_rank < 1:
         fail(f"--lora-rank must be at least 1, got {args.lora_rank}")
-    if args.from_scratch:
+    if args.lora_rank is not None and args.from_scratch:
         fail("--lora-rank fine-tunes a model's frozen weights: leave out --from-scratch")
     if args.lora_alpha is not None and not (args.lora_alpha > 0 and np.isfinite(args.lora_alpha)):
         fail("--lora-alpha must be above 0")
@@ -179,9 +177,11 @@ def resumed_flags(args, saved):
                         f"--model {args.model}")
     for name in LORA_FLAGS:
         if name in args.given and getattr(args, name) != saved.get(name):
-            raise UserError(f"--resume continues the run saved in {args.out} with its LoRA flags (--lora-rank "
-                            f"{saved.get('lora_rank')}, --lora-alpha {saved.get('lora_alpha')}, --lora-targets "
-                            f"{saved.get('lora_targets')}): leave out --{name.replace('_', '-')}")
+            how = (f"with its LoRA flags (--lora-rank {saved['lora_rank']} --lora-alpha {saved['lora_alpha']:g} "
+                   f"--lora-targets {saved['lora_targets']})" if saved.get("lora_rank") else
+                   "which trains every weight, without LoRA")
+            raise UserError(f"--resume continues the run saved in {args.out}, {how}: leave out "
+                            f"--{name.replace('_', '-')}")
     changed = []
     for name, value in saved.items():
         if name in NOT_SAVED or not hasattr(args, name):
