@@ -110,6 +110,12 @@ EXERCISES = {
     23: ("a continuation's log-likelihood",
          [("evaluate.py", "continuation_ids", "test_a_contexts_trailing_whitespace_moves_to_the_continuation")],
          ["test_loglikelihood_is_the_continuations_log_probability_given_the_context"], "lambada"),
+    25: ("LoRA's forward",
+         [("gpt2_numpy.py", "lora_update", "test_a_lora_linear_adds_the_scaled_low_rank_update")],
+         ["test_the_adapters_start_as_peft_starts_them", "test_the_merged_model_is_the_base_plus_the_adapter"], "lora"),
+    26: ("LoRA's backward",
+         [("backward.py", "lora_linear_backward", "test_lora_linear_backward_by_finite_differences")],
+         ["test_every_adapter_gradient_matches_torch"], "lora"),
 }
 
 # Where the program runs an exercise's functions, so that a student sees their own code at work.
@@ -117,7 +123,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "lens": 'python gpt2_numpy.py --lens "text"', "heads": "look_inside.previous_token_scores and "
          "induction_scores on run_with_cache's patterns", "ablate": "look_inside.loss with a zero_ablate_head hook",
          "train": "python train.py", "from_scratch": "python train.py --from-scratch",
-         "perplexity": "python evaluate.py perplexity FILE", "lambada": "python evaluate.py lambada FILE"}
+         "perplexity": "python evaluate.py perplexity FILE", "lambada": "python evaluate.py lambada FILE",
+         "lora": "python train.py --lora-rank R"}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The
