@@ -124,7 +124,7 @@ def layer_backward(x, layer, dy, frozen=False):
         dx, dw, db = linear_backward(x, layer["w"], dy)
         return dx, {"w": dw, "b": db}
     if "lora" not in layer:
-        return dy @ layer["w"].T, {}
+        return (dy.reshape(-1, dy.shape[-1]) @ layer["w"].T).reshape(x.shape), {}
     dx, grads = lora_linear_backward(x, layer["w"], layer["lora"], dy)
     return dx, {"lora": grads}
 

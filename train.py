@@ -128,7 +128,7 @@ def new_adapters(params, rank, targets, seed):
     """LoRA's A [n_in, R] and B [R, n_out] for each targeted layer of every block, started as PEFT starts
     them: A uniform in ±1/√n_in (torch's kaiming_uniform_ with a = √5), B zero, so that at step 0 the
     model is the base model. -> {"blocks": [{"attn": {"c_attn": {"lora": {"A", "B"}}}, ...}, ...]}"""
-    rng = np.random.default_rng([seed, rank])
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))  # apart from the steps' [seed, step]
     adapters = {"blocks": []}
     for block in params["blocks"]:
         adapters["blocks"].append({})
@@ -144,23 +144,28 @@ def new_adapters(params, rank, targets, seed):
 def with_adapters(params, adapters, scale):
     """params with each adapter in its layer, {"w", "b", "lora": {"A", "B", "scale"}}, which linear() and
     the backward read: new dicts around the same arrays (the frozen weights stay the file's maps)."""
-    blocks = [{part: {layer: {**tensors, **({"lora": {**adapted[part][layer]["lora"], "scale": scale}}
-                                            if layer in adapted.get(part, {}) else {})}
-                      for layer, tensors in layers.items()} if part in ("attn", "mlp") else layers
-               for part, layers in block.items()} for block, adapted in zip(params["blocks"], adapters["blocks"])]
+    blocks = []
+    for block, adapted in zip(params["blocks"], adapters["blocks"]):
+        block = {**block, "attn": dict(block["attn"]), "mlp": dict(block["mlp"])}
+        for part, layers in adapted.items():
+            for layer, adapter in layers.items():
+                block[part][layer] = {**block[part][layer], "lora": {**adapter["lora"], "scale": scale}}
+        blocks.append(block)
     return {**params, "blocks": blocks}
 
 
 def merged(params):
     """The model a LoRA run writes: w + s A B in each adapted layer (a new array), every other tensor as it is."""
-    def merge(layer):
-        if "lora" not in layer:
-            return layer
-        lora = layer["lora"]
-        return {"w": layer["w"] + (lora["A"] @ lora["B"]) * lora["scale"], "b": layer["b"]}
-
-    blocks = [{part: {name: merge(layer) for name, layer in layers.items()} if part in ("attn", "mlp") else layers
-               for part, layers in block.items()} for block in params["blocks"]]
+    blocks = []
+    for block in params["blocks"]:
+        block = {**block, "attn": dict(block["attn"]), "mlp": dict(block["mlp"])}
+        for part in ("attn", "mlp"):
+            for layer, tensors in block[part].items():
+                if "lora" in tensors:
+                    lora = tensors["lora"]
+                    block[part][layer] = {"w": tensors["w"] + (lora["A"] @ lora["B"]) * lora["scale"],
+                                          "b": tensors["b"]}
+        blocks.append(block)
     return {**params, "blocks": blocks}
 
 
