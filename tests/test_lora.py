@@ -232,6 +232,24 @@ def test_a_lora_run_writes_the_merged_model_and_peft_adapter_files(tiny_model, l
     assert sorted(state.files) == sorted(["step"] + [f"{mv}/{k}" for k in shapes.flatten(adapters) for mv in "mv"])
 
 
+def test_a_lora_run_never_copies_the_weights(tiny_model, corpus, tmp_path, monkeypatch):
+    """train.py --lora-rank trains on the checkpoint's read-only maps themselves: no trainable copy is made."""
+    seen, loop = {}, train.train
+
+    def no_copy(params):
+        raise AssertionError("a LoRA run copied the weights (train.trainable)")
+
+    def watched(params, *args, **kwargs):
+        seen["params"] = params
+        return loop(params, *args, **kwargs)
+
+    monkeypatch.setattr(train, "trainable", no_copy)
+    monkeypatch.setattr(train, "train", watched)
+    assert train_cli.main(lora_args(tiny_model, corpus, tmp_path / "run", "--steps", "2")) == 0
+    frozen = {k: a for k, a in shapes.flatten(seen["params"]).items() if "/lora/" not in k}
+    assert len(frozen) == 4 + 12 * 2 and all(not a.flags.writeable for a in frozen.values())
+
+
 def test_gpt2_numpy_runs_the_merged_model(lora_run):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), "--model", str(lora_run), "--n-tokens",
                         "5", "--seed", "0", "--quiet", "the cat"], capture_output=True, text=True, timeout=120)
