@@ -7,6 +7,7 @@ Each forward function has its backward here, with its derivative in one line and
        softmax                       softmax_backward
        layer_norm                    layer_norm_backward
        linear                        linear_backward
+       linear with LoRA's update     lora_linear_backward (the weights frozen), layer_backward
        ffn                           ffn_backward
        (training only) dropout       apply_dropout, dropout_backward
     2. attention (with its mask)     attention_backward
@@ -102,12 +103,38 @@ def linear_backward(x, w, dy):
     return (dy2 @ w.T).reshape(x.shape), x2.T @ dy2, dy2.sum(axis=0)
 
 
-def ffn_backward(x, h, a, c_fc, c_proj, dy):
+def lora_linear_backward(x, w, lora, dy):
+    """y = x w + b + s h B,  h = x A, with w and b frozen (a LoRA run trains A and B alone):
+    dh = s dy Bᵀ,  dx = dy wᵀ + dh Aᵀ,  dA = Σ xᵀ dh,  dB = s Σ hᵀ dy  (Σ over every position)
+    x [..., n_in], w [n_in, n_out], lora {"A" [n_in, R], "B" [R, n_out], "scale" s}, dy [..., n_out]
+    -> dx [..., n_in], {"A": dA [n_in, R], "B": dB [R, n_out]}. No dw, no db: nothing n_in x n_out is made."""
+    A, B, s = lora["A"], lora["B"], lora["scale"]
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])  # [B·T, n]: one product each
+    h = x2 @ A  # [B·T, R], made again here: cheap beside x w
+    dh = (dy2 @ B.T) * s  # [B·T, R]
+    dx = dy2 @ w.T
+    dx += dh @ A.T
+    return dx.reshape(x.shape), {"A": x2.T @ dh, "B": (h * s).T @ dy2}
+
+
+def layer_backward(x, layer, dy, frozen=False):
+    """A linear layer backwards: -> dx and the layer's gradients, {"w", "b"}; with its weights frozen
+    (a LoRA run), only its adapter's, {"lora": {"A", "B"}}, or none ({}) where it has no adapter."""
+    if not frozen:
+        dx, dw, db = linear_backward(x, layer["w"], dy)
+        return dx, {"w": dw, "b": db}
+    if "lora" not in layer:
+        return (dy.reshape(-1, dy.shape[-1]) @ layer["w"].T).reshape(x.shape), {}
+    dx, grads = lora_linear_backward(x, layer["w"], layer["lora"], dy)
+    return dx, {"lora": grads}
+
+
+def ffn_backward(x, h, a, c_fc, c_proj, dy, frozen=False):
     """c_proj(gelu(c_fc(x))) backwards: c_proj, then gelu, then c_fc. h = c_fc(x), a = gelu(h).
-    x, dy [B, T, C], h, a [B, T, 4C] -> dx [B, T, C], grads {c_fc, c_proj}"""
-    da, dw_proj, db_proj = linear_backward(a, c_proj["w"], dy)
-    dx, dw_fc, db_fc = linear_backward(x, c_fc["w"], in_chunks(gelu_backward_fast, h, da))
-    return dx, {"c_fc": {"w": dw_fc, "b": db_fc}, "c_proj": {"w": dw_proj, "b": db_proj}}
+    x, dy [B, T, C], h, a [B, T, 4C] -> dx [B, T, C], grads {c_fc, c_proj} (frozen: layer_backward's)"""
+    da, proj_grads = layer_backward(a, c_proj, dy, frozen)
+    dx, fc_grads = layer_backward(x, c_fc, in_chunks(gelu_backward_fast, h, da), frozen)
+    return dx, {"c_fc": fc_grads, "c_proj": proj_grads}
 
 
 def apply_dropout(x, p_drop, rng):
@@ -145,14 +172,15 @@ def attention_backward(q, k, v, weights, dz, drop_mask=None, p_drop=0.0):
     return dscores @ k * scale, dscores.swapaxes(-1, -2) @ q * scale, dv
 
 
-def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0):
-    """c_proj, merge heads, attention, split heads, c_attn, backwards.   dy [B, T, C] -> dx [B, T, C], grads"""
-    dz_merged, dw, db = linear_backward(merge_heads(kept["attn.z"]), c_proj["w"], dy)
+def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0, frozen=False):
+    """c_proj, merge heads, attention, split heads, c_attn, backwards.   dy [B, T, C] -> dx [B, T, C], grads
+    (frozen: layer_backward's)"""
+    dz_merged, proj_grads = layer_backward(merge_heads(kept["attn.z"]), c_proj, dy, frozen)
     dq, dk, dv = attention_backward(kept["attn.q"], kept["attn.k"], kept["attn.v"], kept["attn.weights"],
                                     split_heads(dz_merged, n_head), kept.get("attn.weights.mask"), p_drop)
     dqkv = np.concatenate([merge_heads(d) for d in (dq, dk, dv)], axis=-1)  # [B, T, 3C], as c_attn made them
-    dx, dw_attn, db_attn = linear_backward(kept["ln_1"], c_attn["w"], dqkv)
-    return dx, {"c_attn": {"w": dw_attn, "b": db_attn}, "c_proj": {"w": dw, "b": db}}
+    dx, attn_grads = layer_backward(kept["ln_1"], c_attn, dqkv, frozen)
+    return dx, {"c_attn": attn_grads, "c_proj": proj_grads}
 
 
 # ============================================================================
@@ -243,31 +271,34 @@ def cross_entropy_fast(logits, targets):
     return sum(shared_among_cores(work, list(range(0, len(targets), ROWS)))) / n
 
 
-def head_backward(xf, wte, targets, buffers=None):
+def head_backward(xf, wte, targets, buffers=None, frozen=False):
     """The tied output layer and the loss, forward then backward:
     logits = x wteᵀ;  dlogits = (softmax - onehot) / N;  dx = dlogits wte;  dwte = dlogitsᵀ x (the head's part)
     xf [B, T, C], wte [V, C], targets [B, T] -> (loss, dx [B, T, C], dwte [V, C]). N counts the
     targets that are not IGNORE; an IGNORE position's dlogits, and so its dx, is exactly 0.
-    The logits and dwte live in `buffers`, reused at the next call."""
+    The logits and dwte live in `buffers`, reused at the next call. frozen (a LoRA run): no dwte (None)."""
     x = xf.reshape(-1, xf.shape[-1])  # [N, C]
     logits = reused(buffers, "logits", (len(x), len(wte)), x.dtype)
     np.matmul(x, wte.T, out=logits)
     loss = cross_entropy_fast(logits, targets.reshape(-1))  # logits is now dlogits
-    dwte = np.matmul(logits.T, x, out=reused(buffers, "dwte", wte.shape, x.dtype))
+    dwte = None if frozen else np.matmul(logits.T, x, out=reused(buffers, "dwte", wte.shape, x.dtype))
     return loss, (logits @ wte).reshape(xf.shape), dwte
 
 
-def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, n_head, dy, p_drop=0.0, eps=LAYER_NORM_EPS):
+def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, n_head, dy, p_drop=0.0, eps=LAYER_NORM_EPS,
+                               frozen=False):
     """x + mha(ln_1(x)), then + ffn(ln_2(x)), backwards: each residual passes dy straight through
     and adds what flows back through its branch (and through its dropout, if any).
-    dy [B, T, C] -> dx [B, T, C], grads"""
+    dy [B, T, C] -> dx [B, T, C], grads (frozen, a LoRA run: the adapters' alone)"""
     dln2, mlp_grads = ffn_backward(kept["ln_2"], kept["mlp.c_fc"], kept["mlp.gelu"], mlp["c_fc"], mlp["c_proj"],
-                                   dropout_backward(kept.get("mlp.out.mask"), p_drop, dy))
+                                   dropout_backward(kept.get("mlp.out.mask"), p_drop, dy), frozen)
     dmid, dg2, db2 = layer_norm_backward(kept["resid_mid"], ln_2["g"], dln2, eps)
     dmid = dmid + dy
     dln1, attn_grads = mha_backward(kept, attn["c_attn"], attn["c_proj"], n_head,
-                                    dropout_backward(kept.get("attn.out.mask"), p_drop, dmid), p_drop)
+                                    dropout_backward(kept.get("attn.out.mask"), p_drop, dmid), p_drop, frozen)
     dx, dg1, db1 = layer_norm_backward(kept["resid_pre"], ln_1["g"], dln1, eps)
+    if frozen:
+        return dx + dmid, {"attn": attn_grads, "mlp": mlp_grads}
     return dx + dmid, {"ln_1": {"g": dg1, "b": db1}, "attn": attn_grads, "ln_2": {"g": dg2, "b": db2},
                        "mlp": mlp_grads}
 
@@ -280,22 +311,27 @@ def embedding_backward(ids, dx, dwte, dwpe):
     dwpe[:ids.shape[1]] += dx.sum(axis=0)
 
 
-def loss_and_grads(ids, targets, params, n_head, p_drop=0.0, rng=None, buffers=None, eps=LAYER_NORM_EPS):
+def loss_and_grads(ids, targets, params, n_head, p_drop=0.0, rng=None, buffers=None, eps=LAYER_NORM_EPS,
+                   frozen=False):
     """Mean cross-entropy of targets [B, T] given ids [B, T], and d loss / d every parameter.
     loss = -mean log softmax(logits)[target];  d loss / d logits = (softmax(logits) - onehot) / (B·T)
     A target IGNORE (a prompt's position, padding) counts for nothing: the mean is over the others.
     The head is wte again, so wte's gradient adds two parts: the logits' (dlogitsᵀ x) and the gather's.
     p_drop, rng: dropout. buffers: a dict kept between calls (the training loop's), whose arrays are
-    reused; the returned grads["wte"] is one of them, good until the next call. eps: the layer norms'."""
+    reused; the returned grads["wte"] is one of them, good until the next call. eps: the layer norms'.
+    frozen: a LoRA run, whose weights are all frozen: grads holds the adapters' A and B alone
+    ({"blocks": [{"attn": {"c_attn": {"lora": {"A", "B"}}, ...}, ...}, ...]})."""
     ids, targets = checked_ids(ids, params), np.asarray(targets)
     checked_ids(np.where(targets == IGNORE, 0, targets), params)
     kept, top = training_forward(ids, params, n_head, p_drop, rng, eps)
-    loss, dxf, dwte = head_backward(top["ln_f"], params["wte"], targets, buffers)
+    loss, dxf, dwte = head_backward(top["ln_f"], params["wte"], targets, buffers, frozen)
     dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], dxf, eps)
     grads = {"ln_f": {"g": dgf, "b": dbf}, "blocks": [None] * len(params["blocks"])}
     for i in reversed(range(len(params["blocks"]))):
         dx, grads["blocks"][i] = transformer_block_backward(kept[i], **params["blocks"][i], n_head=n_head, dy=dx,
-                                                            p_drop=p_drop, eps=eps)
+                                                            p_drop=p_drop, eps=eps, frozen=frozen)
+    if frozen:
+        return loss, {"blocks": grads["blocks"]}  # the adapters' alone: nothing else is trained
     dx = dropout_backward(kept[0].get("resid_pre.mask"), p_drop, dx)  # the embeddings' dropout
     grads["wte"], grads["wpe"] = dwte, np.zeros_like(params["wpe"])
     embedding_backward(ids, dx, grads["wte"], grads["wpe"])  # wte's second part: the gather's

@@ -3,7 +3,7 @@
     python gpt2_numpy.py "Alan Turing theorized that computers would one day become"
 
 The file goes in the order the data flows:
-  1. building blocks    gelu, softmax, layer_norm, linear, ffn
+  1. building blocks    gelu, softmax, layer_norm, linear (and LoRA's update), ffn
   2. attention          split_heads, attention_scores, attention, the KV cache, mha
   3. the model          transformer_block, gpt2_hidden, gpt2
   4. generation         sampling controls, generate (streams tokens), the next-token loss, score
@@ -86,11 +86,20 @@ def layer_norm(x, g, b, eps=LAYER_NORM_EPS):
     return y
 
 
-def linear(x, w, b):
-    """x @ w + b.   [..., n_in] @ [n_in, n_out] -> [..., n_out]"""
+def linear(x, w, b, lora=None):
+    """x @ w + b.   [..., n_in] @ [n_in, n_out] -> [..., n_out]
+    lora: a LoRA adapter on this layer ({"A", "B", "scale"}: lora_update), added to the frozen w's output."""
     y = x @ w
     y += b
+    if lora is not None:
+        y += lora_update(x, **lora)
     return y
+
+
+def lora_update(x, A, B, scale):
+    """LoRA's low-rank update (Hu et al., 2021): scale · (x A) B, scale = alpha / R.
+    [..., n_in] @ [n_in, R] @ [R, n_out] -> [..., n_out]: x A first, so nothing n_in x n_out wide is made."""
+    return (x @ A) @ (scale * B)
 
 
 def ffn(x, c_fc, c_proj, hook=no_hook):

@@ -115,6 +115,12 @@ EXERCISES = {
           ("backward.py", "cross_entropy_backward",
            "test_the_masked_positions_get_exactly_zero_gradient_through_the_head")],
          ["test_the_loss_is_the_mean_over_the_response_tokens_alone"], "instruction"),
+    25: ("LoRA's forward",
+         [("gpt2_numpy.py", "lora_update", "test_a_lora_linear_adds_the_scaled_low_rank_update")],
+         ["test_the_adapters_start_as_peft_starts_them", "test_the_merged_model_is_the_base_plus_the_adapter"], "lora"),
+    26: ("LoRA's backward",
+         [("backward.py", "lora_linear_backward", "test_lora_linear_backward_by_finite_differences")],
+         ["test_every_adapter_gradient_matches_torch"], "lora"),
 }
 
 # Where the program runs an exercise's functions, so that a student sees their own code at work.
@@ -123,7 +129,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "induction_scores on run_with_cache's patterns", "ablate": "look_inside.loss with a zero_ablate_head hook",
          "train": "python train.py", "from_scratch": "python train.py --from-scratch",
          "perplexity": "python evaluate.py perplexity FILE", "lambada": "python evaluate.py lambada FILE",
-         "instruction": "python train.py --data PAIRS.jsonl (instruction data)"}
+         "instruction": "python train.py --data PAIRS.jsonl (instruction data)",
+         "lora": "python train.py --lora-rank R"}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The

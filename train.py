@@ -22,6 +22,7 @@ The command line (flags, which model, messages) is plumbing/train_cli.py.
 """
 import io
 import json
+import math
 import os
 import sys
 import time
@@ -32,7 +33,7 @@ from backward import IGNORE, loss_and_grads
 from gpt2_numpy import LAYER_NORM_EPS, generate, gpt2, layer_norm_eps, next_token_loss
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate
 import parameters
-from plumbing import shapes
+from plumbing import peft_adapter, shapes
 from plumbing.checkpoint import write_checkpoint
 from plumbing.errors import UserError, ctrl_c_waits
 from plumbing.memory import check_fits
@@ -179,29 +180,100 @@ def training_batch(data, batch_size, context, rng):
 # 2. Memory
 # ============================================================================
 
-def memory_needed(hparams, batch_size, context):
+def memory_needed(hparams, batch_size, context, adapter_size=0):
     """About 16 bytes a parameter (weights, gradients, two moments) plus the activations that
     backward.KEPT keeps, per token: 16 C floats a block (resid_pre, ln_1, q, k, v, z, resid_mid,
     ln_2 and the 4C-wide c_fc and gelu) and 2 H T for the attention weights (and their
-    gradient), and 3 V for the logits, their gradient and the softmax's temporaries."""
+    gradient), and 3 V for the logits, their gradient and the softmax's temporaries.
+    With LoRA (adapter_size: its A and B's parameters, lora_size) the weights are frozen: 4 bytes a
+    weight (mapped from the file, read at every step) and 16 an adapter's; the same activations; and
+    while a save assembles the merged checkpoint's bytes, 8 more a weight (then no activations are held)."""
     n = parameters.count_parameters(hparams, d_ff=hparams.get("n_inner"))["total"]
     C, H, L, V = hparams["n_embd"], hparams["n_head"], hparams["n_layer"], hparams["n_vocab"]
     per_token = 4 * (L * (16 * C + 2 * H * context) + 3 * V)
+    if adapter_size:
+        return 4 * n + 16 * adapter_size + max(batch_size * context * per_token, 8 * n)
     return 16 * n + batch_size * context * per_token
 
 
-def check_memory(hparams, batch_size, context, free):
-    """Refuse, before anything is allocated, a run that cannot fit (1558M cannot, in 24 GB)."""
+def check_memory(hparams, batch_size, context, free, adapter_size=0):
+    """Refuse, before anything is allocated, a run that cannot fit (1558M cannot, in 24 GB; with LoRA, it can).
+    adapter_size: a LoRA run's (lora_size), else 0."""
     if context > hparams["n_ctx"]:
         raise UserError(f"--context {context} is longer than the model's {hparams['n_ctx']} positions")
-    check_fits(memory_needed(hparams, batch_size, context), free, f"training this model at --batch-size "
-               f"{batch_size} --context {context} (16 bytes a parameter, plus activations)",
-               "use a smaller model, batch or context")
+    what, per = (("LoRA on this model", "4 bytes a frozen weight, 16 an adapter's") if adapter_size else
+                 ("training this model", "16 bytes a parameter"))
+    check_fits(memory_needed(hparams, batch_size, context, adapter_size), free, f"{what} at --batch-size "
+               f"{batch_size} --context {context} ({per}, plus activations)", "use a smaller model, batch or context")
 
 
 # ============================================================================
 # 3. The step
 # ============================================================================
+# LoRA (Hu et al., 2021) trains two small matrices beside each targeted weight, y = x w + b + s (x A) B,
+# and leaves every weight frozen: the adapters are the only tensors with gradients and moments.
+
+LORA_TARGETS = {"c_attn": (("attn", "c_attn"),), "c_proj": (("attn", "c_proj"), ("mlp", "c_proj")),
+                "c_fc": (("mlp", "c_fc"),)}  # --lora-targets' names (PEFT's): c_proj is the attention's and the MLP's
+
+
+def lora_layers(targets):
+    """The (part, layer) pairs of a block that the targets name, in the order the data meets them."""
+    wanted = {pair for t in targets for pair in LORA_TARGETS[t]}
+    return [pair for pair in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj"))
+            if pair in wanted]
+
+
+def lora_size(hparams, rank, targets):
+    """The adapters' parameters: R (n_in + n_out) for each targeted layer of every block."""
+    block = shapes.block_shapes(hparams["n_embd"], hparams.get("n_inner"))
+    return hparams["n_layer"] * sum(rank * sum(block[f"{part}/{layer}/w"]) for part, layer in lora_layers(targets))
+
+
+def new_adapters(params, rank, targets, seed):
+    """LoRA's A [n_in, R] and B [R, n_out] for each targeted layer of every block, started as PEFT starts
+    them: A uniform in ±1/√n_in (torch's kaiming_uniform_ with a = √5), B zero, so that at step 0 the
+    model is the base model. -> {"blocks": [{"attn": {"c_attn": {"lora": {"A", "B"}}}, ...}, ...]}"""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))  # apart from the steps' [seed, step]
+    adapters = {"blocks": []}
+    for block in params["blocks"]:
+        adapters["blocks"].append({})
+        for part, layer in lora_layers(targets):
+            n_in, n_out = block[part][layer]["w"].shape
+            bound = 1.0 / math.sqrt(n_in)
+            adapters["blocks"][-1].setdefault(part, {})[layer] = {"lora": {
+                "A": rng.uniform(-bound, bound, (n_in, rank)).astype(np.float32),
+                "B": np.zeros((rank, n_out), np.float32)}}
+    return adapters
+
+
+def with_adapters(params, adapters, scale):
+    """params with each adapter in its layer, {"w", "b", "lora": {"A", "B", "scale"}}, which linear() and
+    the backward read: new dicts around the same arrays (the frozen weights stay the file's maps)."""
+    blocks = []
+    for block, adapted in zip(params["blocks"], adapters["blocks"]):
+        block = {**block, "attn": dict(block["attn"]), "mlp": dict(block["mlp"])}
+        for part, layers in adapted.items():
+            for layer, adapter in layers.items():
+                block[part][layer] = {**block[part][layer], "lora": {**adapter["lora"], "scale": scale}}
+        blocks.append(block)
+    return {**params, "blocks": blocks}
+
+
+def merged(params):
+    """The model a LoRA run writes: w + s A B in each adapted layer (a new array), every other tensor as it is."""
+    blocks = []
+    for block in params["blocks"]:
+        block = {**block, "attn": dict(block["attn"]), "mlp": dict(block["mlp"])}
+        for part in ("attn", "mlp"):
+            for layer, tensors in block[part].items():
+                if "lora" in tensors:
+                    lora = tensors["lora"]
+                    block[part][layer] = {"w": tensors["w"] + (lora["A"] @ lora["B"]) * lora["scale"],
+                                          "b": tensors["b"]}
+        blocks.append(block)
+    return {**params, "blocks": blocks}
+
 
 def trainable(params):
     """A writable float32 copy of params (the loaded ones are read-only views into the file)."""
@@ -224,16 +296,18 @@ def accumulate(total, grads):
 
 
 def train_step(params, n_head, state, train_ids, step, *, steps, batch_size, context, accum, lr, min_lr_ratio,
-               warmup, weight_decay, grad_clip, dropout, seed, beta2=0.999, buffers=None, eps=LAYER_NORM_EPS):
+               warmup, weight_decay, grad_clip, dropout, seed, beta2=0.999, buffers=None, eps=LAYER_NORM_EPS,
+               adapters=None):
     """One step: the gradients of `accum` micro-batches, clipping, AdamW. -> the mean loss.
     The batches and the dropout depend on the seed and the step only, so a resumed run is the
     same run. buffers: a dict whose big arrays are made once and reused (backward.loss_and_grads);
-    eps: the layer norms' (layer_norm_eps(hparams))."""
+    eps: the layer norms' (layer_norm_eps(hparams)). adapters: a LoRA run's (inside params' layers,
+    with_adapters), the only tensors trained; None: every parameter is."""
     rng = np.random.default_rng([seed, step])
     total, loss = None, 0.0
     for _ in range(accum):
         x, y = training_batch(train_ids, batch_size, context, rng)
-        micro, grads = loss_and_grads(x, y, params, n_head, dropout, rng, buffers, eps)
+        micro, grads = loss_and_grads(x, y, params, n_head, dropout, rng, buffers, eps, frozen=adapters is not None)
         total = grads if accum == 1 else accumulate(total, grads)
         loss += micro / accum
     if accum > 1:
@@ -241,7 +315,8 @@ def train_step(params, n_head, state, train_ids, step, *, steps, batch_size, con
             a /= accum
     scale = clip_scale(grad_norm(total), grad_clip)
     rate = learning_rate(step, lr, warmup, steps, lr * min_lr_ratio)
-    adamw_step_fast(params, total, state, rate, beta2=beta2, weight_decay=weight_decay, grad_scale=scale)
+    adamw_step_fast(params if adapters is None else adapters, total, state, rate, beta2=beta2,
+                    weight_decay=weight_decay, grad_scale=scale)
     return loss
 
 
@@ -250,11 +325,12 @@ def train_step(params, n_head, state, train_ids, step, *, steps, batch_size, con
 # ============================================================================
 
 def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, vocab_dir, config, eval_every,
-          sample_every, save_every, quiet=False):
+          sample_every, save_every, quiet=False, lora=None):
     """The loop, from state["step"] to recipe["steps"]: train_step, then the report, the sample and
     the save into `out` as the step's number calls for them; Ctrl-C saves the last step done.
     recipe: train_step's settings; vocab_dir: the folder whose tokenizer files each save copies; config:
-    the run's flags, saved with it. -> 0, or 130 after Ctrl-C."""
+    the run's flags, saved with it; lora: a LoRA run's {"adapters", "alpha", "targets", "base"} (params
+    hold the adapters, with_adapters), for train_step and save. -> 0, or 130 after Ctrl-C."""
     steps, n_head, first, eps = recipe["steps"], hparams["n_head"], state["step"], layer_norm_eps(hparams)
     start_ids = [] if encoder.eot is not None else train_ids[:1].tolist()  # a sample starts after <|endoftext|>
     tokens = recipe["batch_size"] * recipe["accum"] * recipe["context"]  # a step's
@@ -263,7 +339,8 @@ def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, v
         for step in range(first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
             start = time.perf_counter()
             with ctrl_c_waits():  # a save after Ctrl-C holds whole steps, so --resume is the same run
-                loss = train_step(params, n_head, state, train_ids, step - 1, buffers=buffers, eps=eps, **recipe)
+                loss = train_step(params, n_head, state, train_ids, step - 1, buffers=buffers, eps=eps,
+                                  adapters=lora and lora["adapters"], **recipe)
             bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
             bar.update(1)
             if step % eval_every == 0 or step == steps:
@@ -271,13 +348,13 @@ def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, v
             if step % sample_every == 0:
                 bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
             if step % save_every == 0 or step == steps:
-                save(out, params, hparams, state, vocab_dir, config)
+                save(out, params, hparams, state, vocab_dir, config, lora)
     except KeyboardInterrupt:
         bar.close()
         if state["step"] == first:
             print("\ninterrupted before a step was done: nothing new was saved", file=sys.stderr)
         else:
-            save(out, params, hparams, state, vocab_dir, config)
+            save(out, params, hparams, state, vocab_dir, config, lora)
             print(f"\ninterrupted: saved step {state['step']} in {out}; --resume continues", file=sys.stderr)
         return 130
     bar.close()
@@ -318,17 +395,23 @@ def validation_loss(params, n_head, val_ids, context, batches=4, batch_size=4, e
 # 5. Saving and resuming
 # ============================================================================
 
-def save(folder, params, hparams, state, vocab_dir, config):
+def save(folder, params, hparams, state, vocab_dir, config, lora=None):
     """The checkpoint in OpenAI's format, the tokenizer's files (from the folder `vocab_dir`), the
-    optimizer's state and the run's flags (config), written whole or not at all."""
+    optimizer's state and the run's flags (config), written whole or not at all. A LoRA run (lora, as
+    train takes it) writes the merged model, and beside it the adapter in PEFT's format, from which
+    --resume reads A and B back (their moments are in the optimizer's state)."""
     moments = {f"m/{k}": a for k, a in state["m"].items()} | {f"v/{k}": a for k, a in state["v"].items()}
     buf = io.BytesIO()
     np.savez(buf, step=np.int64(state["step"]), **moments)
     extra = {STATE_FILE: buf.getvalue(), CONFIG_FILE: json.dumps(config, indent=1).encode()}
+    if lora:
+        extra |= peft_adapter.adapter_files(lora["adapters"], lora["alpha"], lora["targets"], lora["base"])
+        params = merged(params)
     write_checkpoint(folder, params, hparams, vocab_dir=vocab_dir, extra=extra)
 
 
 def load_state(folder, params):
+    """The optimizer's state saved in folder, for params (a LoRA run's: its adapters)."""
     with np.load(os.path.join(folder, STATE_FILE), allow_pickle=False) as z:
         names = shapes.flatten(params)
         return {"step": int(z["step"]), "m": {k: z[f"m/{k}"].copy() for k in names},

@@ -75,7 +75,8 @@ def nest(tensors, n_layer):
 
 
 def flatten(params):
-    """The inverse of nest: params -> {name: array}, in tensor_shapes' order."""
+    """The inverse of nest: params -> {name: array}, in tensor_shapes' order. A part of them (a LoRA
+    run's adapters, {"blocks": [...]} alone: "h0/attn/c_attn/lora/A") flattens the same way."""
     def walk(prefix, node):
         if isinstance(node, dict):
             for key, child in node.items():
@@ -83,10 +84,10 @@ def flatten(params):
         else:
             yield prefix[:-1], node
 
-    flat = {"wte": params["wte"], "wpe": params["wpe"]}
+    flat = {name: params[name] for name in ("wte", "wpe") if name in params}
     for i, block in enumerate(params["blocks"]):
         flat.update(walk(f"h{i}/", block))
-    flat.update(walk("ln_f/", params["ln_f"]))
+    flat.update(walk("ln_f/", params.get("ln_f", {})))
     return flat
 
 

@@ -3,6 +3,7 @@
     python train.py --model 124M --data notes.txt --out models/notes-124M    fine-tune a model
     python train.py --from-scratch --out models/baby                         a new one, on Shakespeare
     python train.py --out models/notes-124M --resume --steps 400             go on with a saved run
+    python train.py --model 1558M --data notes.txt --out models/n --lora-rank 8  LoRA: adapters on frozen weights
 
 The flags become train.py's explicit arguments: the model (a released size, a folder,
 hf:owner/name, a new one, or the run saved in --out), the text's ids, the optimizer's state,
@@ -21,7 +22,7 @@ from initialise import init_params
 from optimizer import new_adamw_state
 import parameters
 import train
-from plumbing import corpus, loading, shapes
+from plumbing import corpus, loading, peft_adapter, shapes
 from plumbing.checkpoint import check_writable
 from plumbing.errors import UserError, exit_status, fail, given_flags, read_json
 from plumbing.folders import check_new_folder
@@ -32,6 +33,7 @@ FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that bega
 RECIPE = ("steps", "batch_size", "context", "accum", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip",
           "dropout", "seed", "beta2")  # train_step's settings, as flags
 NOT_SAVED = ("out", "resume", "quiet")  # every other flag is the run's, and --resume reads it back
+LORA_FLAGS = ("lora_rank", "lora_alpha", "lora_targets")  # a resumed run keeps them: its adapters are their shape
 
 
 # ----------------------------------------------------------------------------
@@ -89,6 +91,14 @@ def parser():
     p.add_argument("--n-layer", type=int, default=4, help="from scratch: blocks")
     p.add_argument("--n-head", type=int, default=4, help="from scratch: attention heads a block")
     p.add_argument("--n-embd", type=int, default=128, help="from scratch: the residual stream's width")
+    p.add_argument("--lora-rank", type=int, help="LoRA: train rank-R adapters beside frozen weights instead of every "
+                                                 "weight (PEFT's r, e.g. 8); --out is the merged model, with the "
+                                                 "adapter in PEFT's format beside it")
+    p.add_argument("--lora-alpha", type=float, help="LoRA: the adapters' update is scaled by alpha / rank (default: "
+                                                    "the rank, a scale of 1)")
+    p.add_argument("--lora-targets", default="c_attn", help="LoRA: the layers adapted, from "
+                                                            f"{','.join(train.LORA_TARGETS)} (c_proj: the "
+                                                            "attention's and the MLP's)")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its flags")
     p.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal, a line every 10 s "
                                                         "in a log)")
@@ -124,6 +134,26 @@ def check_flags(args):
         fail(f"--vocab-size must be at least 257 (256 bytes and <|endoftext|>), got {args.vocab_size}")
     if args.data is None and not args.resume and not args.from_scratch:
         fail("--data is required: a UTF-8 .txt file, a folder of them, or a .jsonl file")
+    check_lora_flags(args)
+
+
+def check_lora_flags(args):
+    """--lora-rank R >= 1, the other LoRA flags only with it (with --resume, the saved run's flags decide:
+    resumed_flags); --lora-targets in the order a block meets its layers, so that they compare as one."""
+    if args.lora_rank is None and not args.resume and args.given & {"lora_alpha", "lora_targets"}:
+        fail("--lora-alpha and --lora-targets go with --lora-rank")
+    if args.lora_rank is not None and args.lora_rank < 1:
+        fail(f"--lora-rank must be at least 1, got {args.lora_rank}")
+    if args.lora_rank is not None and args.from_scratch:
+        fail("--lora-rank fine-tunes a model's frozen weights: leave out --from-scratch")
+    if args.lora_alpha is not None and not (args.lora_alpha > 0 and np.isfinite(args.lora_alpha)):
+        fail("--lora-alpha must be above 0")
+    targets = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
+    unknown = [t for t in targets if t not in train.LORA_TARGETS]
+    if unknown or not targets:
+        fail(f"--lora-targets: no layer {unknown[0] if unknown else args.lora_targets!r} to adapt: choose from "
+             f"{', '.join(train.LORA_TARGETS)}")
+    args.lora_targets = ",".join(t for t in train.LORA_TARGETS if t in targets)
 
 
 def parse_args(argv):
@@ -148,6 +178,13 @@ def resumed_flags(args, saved):
     if "model" in args.given and (saved.get("from_scratch") or saved.get("model", args.model) != args.model):
         raise UserError(f"--resume continues the model saved in {args.out} (trained {began}): leave out "
                         f"--model {args.model}")
+    for name in LORA_FLAGS:
+        if name in args.given and getattr(args, name) != saved.get(name):
+            how = (f"with its LoRA flags (--lora-rank {saved['lora_rank']} --lora-alpha {saved['lora_alpha']:g} "
+                   f"--lora-targets {saved['lora_targets']})" if saved.get("lora_rank") else
+                   "which trains every weight, without LoRA")
+            raise UserError(f"--resume continues the run saved in {args.out}, {how}: leave out "
+                            f"--{name.replace('_', '-')}")
     changed = []
     for name, value in saved.items():
         if name in NOT_SAVED or not hasattr(args, name):
@@ -206,8 +243,10 @@ def saved_model(args):
     if args.model in shapes.SIZES and not args.resume:  # a released size: refuse before downloading it
         hparams = shapes.hparams(args.model)
         train.check_memory(hparams, args.batch_size, args.context or min(DEFAULT_CONTEXT, hparams["n_ctx"]),
-                           available_memory())
-    folder = args.out if args.resume else loading.fetch_model(args.model, args.models_dir, quiet=args.quiet)
+                           available_memory(), adapter_size(args, hparams))
+    # a resumed LoRA run goes on from its base model (--out holds the merged one) and its saved adapter
+    folder = args.out if args.resume and not args.lora_rank else loading.fetch_model(args.model, args.models_dir,
+                                                                                      quiet=args.quiet)
     hparams, params = loading.load_weights(folder)
     check_writable(hparams, args.out)  # before training, not at the first save
     args.context = args.context or min(DEFAULT_CONTEXT, hparams["n_ctx"])  # saved with the run's flags
@@ -225,6 +264,27 @@ def data_ids(encoder, documents, examples, val_fraction, context):
     return train_rows, val_rows
 
 
+def adapter_size(args, hparams):
+    """A LoRA run's adapter parameters (train.lora_size), 0 for full training."""
+    return train.lora_size(hparams, args.lora_rank, args.lora_targets.split(",")) if args.lora_rank else 0
+
+
+def lora_adapters(args, params):
+    """A LoRA run's {"adapters", "alpha", "targets", "base"} (train.train's lora): new adapters, or
+    (--resume) the ones saved in --out, which must fit the model."""
+    targets = args.lora_targets.split(",")
+    if args.resume:
+        adapters, _ = peft_adapter.read_adapter(args.out)
+        want = shapes.flatten(train.new_adapters(params, args.lora_rank, targets, args.seed))
+        if {k: a.shape for k, a in shapes.flatten(adapters).items()} != {k: a.shape for k, a in want.items()}:
+            raise UserError(f"holds an adapter that does not fit {args.model} with --lora-rank {args.lora_rank} "
+                            f"--lora-targets {args.lora_targets}", path=os.path.join(args.out,
+                                                                                     peft_adapter.ADAPTER_FILE))
+    else:
+        adapters = train.new_adapters(params, args.lora_rank, targets, args.seed)
+    return {"adapters": adapters, "alpha": args.lora_alpha, "targets": targets, "base": args.model}
+
+
 def run(args):
     check_out(args.out, args.resume)
     if args.resume:
@@ -233,6 +293,8 @@ def run(args):
             print(note, file=sys.stderr)
     if args.warmup is None:
         args.warmup = min(20, args.steps // 10)
+    if args.lora_rank and args.lora_alpha is None:
+        args.lora_alpha = float(args.lora_rank)  # PEFT's default pair, r = alpha = 8, is a scale of 1
     new = args.from_scratch and not args.resume
     documents, examples = corpus.read_corpus([args.data or train.CORPUS])
     # a learned vocabulary waits here, beside --out, until each save copies it in
@@ -242,19 +304,23 @@ def run(args):
         else:
             vocab_dir, encoder, hparams, params = saved_model(args)
         train_ids, val_ids = data_ids(encoder, documents, examples, args.val_fraction, args.context)
-        train.check_memory(hparams, args.batch_size, args.context, available_memory())
+        train.check_memory(hparams, args.batch_size, args.context, available_memory(), adapter_size(args, hparams))
+        lora = lora_adapters(args, params) if args.lora_rank else None
         if new:  # its weights are made once the run is known to fit
             print(parameter_table(hparams))  # even with --quiet: what is being trained
             params = init_params(hparams, args.seed)
+        elif lora:  # the weights stay the file's read-only maps: only the adapters are trained
+            params = train.with_adapters(params, lora["adapters"], args.lora_alpha / args.lora_rank)
         else:
             params = train.trainable(params)
-        state = train.load_state(args.out, params) if args.resume else new_adamw_state(params)
+        trained = lora["adapters"] if lora else params
+        state = train.load_state(args.out, trained) if args.resume else new_adamw_state(trained)
         if state["step"] >= args.steps:
             print(f"{args.out}: already trained for {state['step']} steps, nothing to do (a larger --steps goes on)")
             return 0
         code = train.train(params, hparams, encoder, state, train_ids, val_ids, {k: getattr(args, k) for k in RECIPE},
                            out=args.out, vocab_dir=vocab_dir, config=saved_flags(args), eval_every=args.eval_every,
-                           sample_every=args.sample_every, save_every=args.save_every, quiet=args.quiet)
+                           sample_every=args.sample_every, save_every=args.save_every, quiet=args.quiet, lora=lora)
     if code == 0:
         print(f"{args.out}: trained to step {args.steps}; run it with python gpt2_numpy.py --model {args.out} "
               "\"prompt\"")

@@ -191,6 +191,9 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
                 "--json", "--quiet"],
     "instruction": ["train.py", "--model", "model", "--data", "pairs.jsonl", "--out", "trained", "--steps", "3",
                     "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "100", "--quiet"],
+    "lora": ["train.py", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "3", "--batch-size",
+             "2", "--context", "16", "--lr", "1e-2", "--eval-every", "1", "--sample-every", "100", "--quiet",
+             "--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "c_attn,c_proj"],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -209,6 +212,12 @@ WRONG = {
     # each window from scratch after <|endoftext|>: no context carried over
     "continuation_ids": "return [end_of_text(encoder)] + encoder.encode(context), encoder.encode(continuation)",
     "cross_entropy": "return next_token_loss(logits, targets), log_softmax(logits)",  # the mask forgotten: -1 is V - 1
+    "lora_update": "return (x @ A) @ B",  # the scale alpha / R forgotten (the program's alpha is 2 R)
+    "lora_linear_backward": "A, B, s = lora['A'], lora['B'], lora['scale']\n"
+                            "x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])\n"
+                            "dh = (dy2 @ B.T) * s\n"
+                            "return (dy2 @ w.T).reshape(x.shape), {'A': x2.T @ dh, 'B': ((x2 @ A) * s).T @ dy2}",
+    # dx without the adapter's share: the layers below learn from the frozen weights' gradient alone
 }
 
 
