@@ -206,8 +206,8 @@ def closed_port():
 FILE_ORDER = ["test_blocks.py", "test_crc32c.py", "test_bpe.py", "test_bpe_train.py", "test_checkpoint.py",
               "test_folders.py", "test_model.py", "test_initialise.py", "test_backward.py", "test_optimizer.py",
               "test_parallel.py", "test_look_inside.py", "test_evaluate.py", "test_eval_golden.py", "test_train.py",
-              "test_params.py", "test_hf.py", "test_download.py", "test_cli.py", "test_html_page.py", "test_layout.py",
-              "test_real_weights.py", "test_exercises.py"]
+              "test_params.py", "test_hf.py", "test_download.py", "test_cli.py", "test_speculative.py",
+              "test_html_page.py", "test_layout.py", "test_real_weights.py", "test_exercises.py"]
 
 
 def pytest_collection_modifyitems(items):
