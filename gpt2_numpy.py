@@ -363,8 +363,7 @@ def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top
         raise UserError(f"the prompt must be one sequence of ids [T], got shape {prompt.shape}")
     rng, sampling = np.random.default_rng(seed), dict(temperature=temperature, top_k=top_k, top_p=top_p)
     if draft is not None:
-        check_draft_settings(draft_tokens, n_samples)
-        check_draft(draft, params, len(ids) + n_tokens)
+        check_draft(draft, draft_tokens, params, n_samples, len(ids) + n_tokens)
         return speculative_steps(prompt.tolist(), params, hparams, n_tokens, rng, sampling, stop, hook, watch,
                                  draft, draft_tokens, draft_counts if draft_counts is not None else {})
     batch = np.tile(prompt.astype(np.int64, copy=False), (n_samples, 1))  # [B, T]
@@ -501,8 +500,9 @@ def check_draft_settings(draft_tokens, n_samples):
         raise UserError("must be 1 with a draft: speculative decoding runs one sample", arg="n_samples")
 
 
-def check_draft(draft, params, end):
+def check_draft(draft, draft_tokens, params, n_samples, end):
     """Clear errors for a draft that cannot draft for this model (end: the prompt and the new tokens)."""
+    check_draft_settings(draft_tokens, n_samples)
     if isinstance(draft, str):
         if draft != "lookup":
             raise UserError(f"a draft is 'lookup' or a model's (params, hparams), got {draft!r}")
@@ -525,7 +525,7 @@ def speculative_steps(seq, params, hparams, n_tokens, rng, sampling, stop, hook,
     n_head, eps, n_vocab = hparams["n_head"], layer_norm_eps(hparams), params["wte"].shape[0]
     end = len(seq) + n_tokens
     kv_cache = new_kv_cache(hparams, 1, end)
-    if len(seq) > 1:
+    if len(seq) > 1:  # the prompt but its last token, which the first round's pass reads with the draft's
         gpt2(np.array([seq[:-1]]), params, n_head, kv_cache, last_only=True, hook=hook, eps=eps)
     draft_cache = None if draft == "lookup" else new_kv_cache(draft[1], 1, end)
     counts.update(proposed=0, accepted=0)
