@@ -10,9 +10,11 @@ assisted generation on the same pair beside them.
 
 The worst case, a draft that never agrees (random weights) with a large model:
 
-    python bench/make_random_checkpoint.py 1558M && python bench/make_random_checkpoint.py 124M
-    python bench/bench_speculative.py --model bench/out/1558M-random --draft bench/out/124M-random \\
-        --n-tokens 24 --repeats 2 --prompt-tokens 16
+    python bench/bench_speculative.py --model random:1558M --draft random:124M --n-tokens 24 --repeats 2
+
+random:SIZE is a model of that size's shape with GPT-2's initialisation (initialise.py, seed 0) and
+GPT-2's vocabulary, written once to bench/out/SIZE-random-init/ (1558M: 6.2 GB on disk, and about
+twice that in memory while it is written); a folder from bench/make_random_checkpoint.py does as well.
 
 Each row decodes --n-tokens tokens (no stop token) after the same prompt, the first --prompt-tokens
 ids of the held-out end of data/tinyshakespeare.txt in the model's own vocabulary, at greedy and at
@@ -37,6 +39,23 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+
+
+def model_folder(name):
+    """A model folder: name itself, or for random:SIZE the random model of that shape, written once."""
+    if not name.startswith("random:"):
+        return name
+    size = name.split(":", 1)[1]
+    folder = os.path.join(HERE, "out", f"{size}-random-init")
+    if not os.path.exists(os.path.join(folder, "hparams.json")):
+        from initialise import init_params
+        from plumbing import shapes
+        from plumbing.checkpoint import write_checkpoint
+
+        print(f"writing {folder} (random weights, once)", file=sys.stderr)
+        hparams = shapes.hparams(size)
+        write_checkpoint(folder, init_params(hparams), hparams, vocab_dir=os.path.join(ROOT, "data", "gpt2-vocab"))
+    return folder
 
 
 def prompt_ids(encoder, n):
@@ -151,8 +170,8 @@ def table(results, n_tokens, plain_ids):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=os.path.join(HERE, "out", "spec-target"))
-    p.add_argument("--draft", default=os.path.join(HERE, "out", "spec-draft"))
+    p.add_argument("--model", default=os.path.join(HERE, "out", "spec-target"), help="a model folder, or random:SIZE")
+    p.add_argument("--draft", default=os.path.join(HERE, "out", "spec-draft"), help="a model folder, or random:SIZE")
     p.add_argument("--draft-tokens", type=int, default=4, help="K (default 4)")
     p.add_argument("--n-tokens", type=int, default=200)
     p.add_argument("--prompt-tokens", type=int, default=40)
@@ -171,6 +190,7 @@ def main():
     sys.path.insert(0, ROOT)
     import bpe
 
+    args.model, args.draft = model_folder(args.model), model_folder(args.draft)
     encoder = bpe.get_encoder(args.model)
     prompt = prompt_ids(encoder, args.prompt_tokens)
     results, encoder = ours(args, prompt)

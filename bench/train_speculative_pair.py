@@ -14,8 +14,9 @@ draft reads it back with --tokenizer), so the draft's ids are the target's:
 - the draft: nanoGPT's CPU "baby" shape (bench_from_scratch.py's SHAPE): 4 layers, 4 heads, 128
   wide, but with the target's context of 256, so that it can draft wherever the target reads.
 
-A folder that already holds a trained model (hparams.json) is kept: delete it to train again.
-Each run's log is beside its folder (bench/out/spec-target.log, bench/out/spec-draft.log).
+A folder that already holds the finished run is kept (delete it to train again); a run stopped
+part way, after one of its saves, is resumed. Each run's log is beside its folder
+(bench/out/spec-target.log, bench/out/spec-draft.log).
 """
 import argparse
 import os
@@ -43,19 +44,33 @@ def train_command(out, shape, steps, batch, vocab_size=None, tokenizer=None):
     return cmd
 
 
-def trained(folder):
-    return os.path.exists(os.path.join(folder, "hparams.json"))
+def saved_steps(folder):
+    """(steps the run saved in folder has done, steps it was asked for), or None: no run there."""
+    import json
+
+    import numpy as np
+
+    if not os.path.exists(os.path.join(folder, "train_config.json")):
+        return None
+    with open(os.path.join(folder, "train_config.json")) as f:
+        wanted = json.load(f)["steps"]
+    with np.load(os.path.join(folder, "train_state.npz")) as state:
+        return int(state["step"]), wanted
 
 
 def train(name, cmd, folder):
-    """Run one training (its output to a log beside the folder), unless its model is there already."""
-    if trained(folder):
-        print(f"{folder}: trained already (delete it to train again)")
+    """Run one training (its output to a log beside the folder), unless its model is there already;
+    a run stopped part way (Ctrl-C, or killed after a save) is resumed with train.py --resume."""
+    saved = saved_steps(folder)
+    if saved and saved[0] >= saved[1]:
+        print(f"{folder}: trained already, {saved[0]} steps (delete it to train again)")
         return
+    if saved:
+        cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--out", folder, "--resume"]
     log = folder + ".log"
     print(f"training {name}: {' '.join(cmd)}\n  log: {log}", flush=True)
     start = time.perf_counter()
-    with open(log, "w") as f:
+    with open(log, "a") as f:
         r = subprocess.run(cmd + ["--quiet"], stdout=f, stderr=subprocess.STDOUT)
     if r.returncode:
         sys.exit(f"{name}: train.py exited with {r.returncode}: see {log}")
