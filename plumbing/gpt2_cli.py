@@ -6,6 +6,7 @@
     python gpt2_numpy.py --params 355M      the parameter count by part
     python gpt2_numpy.py "text" --top 10    the 10 most likely next tokens
     python gpt2_numpy.py "text" --lens      the logit lens (--html FILE: a page of it all)
+    python gpt2_numpy.py "prompt" --draft lookup   speculative decoding (--draft MODEL: a draft model)
 
 Exit status: 0 done, 2 a user's mistake (one line on stderr, from a UserError), 130
 interrupted. Anything else is a bug and shows its traceback.
@@ -29,7 +30,7 @@ from plumbing.errors import UserError, exit_status, fail, given_flags
 
 # The Python API's argument names, as the command line spells them.
 FLAGS = {"n_tokens": "--n-tokens", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-         "n_samples": "--n-samples", "trace_block": "--trace-block"}
+         "n_samples": "--n-samples", "trace_block": "--trace-block", "draft_tokens": "--draft-tokens"}
 
 
 def user_message(e):
@@ -84,10 +85,13 @@ def parse_args(argv):
         fail("--score, --trace, --lens and --html need a text")
     if args.top is not None and args.top < 1:
         fail("--top must be at least 1")
+    if args.draft is not None:
+        check_draft_flags(args)
     return args
 
 
-GENERATING = ("n_tokens", "temperature", "top_k", "top_p", "seed", "greedy", "n_samples", "no_stop")
+GENERATING = ("n_tokens", "temperature", "top_k", "top_p", "seed", "greedy", "n_samples", "no_stop", "draft",
+              "draft_tokens")
 READINGS = ("params", "score", "trace", "lens", "html", "top")  # each reads the text once and prints its answer
 
 
@@ -113,6 +117,8 @@ def check_flags_agree(args, given):
         fail(f"{what} is for generating text; {flag(reading[0])} reads the text once and generates nothing")
     if "trace_block" in given and not args.trace:
         fail("--trace-block goes with --trace")
+    if "draft_tokens" in given and "draft" not in given:
+        fail("--draft-tokens goes with --draft")
 
 
 def use_threads(n):
@@ -162,6 +168,34 @@ def generate_flags(p):
     p.add_argument("--greedy", action="store_true", help="always take the most likely token (temperature 0)")
     p.add_argument("--n-samples", type=int, default=1, help="independent samples, run as one batch")
     p.add_argument("--no-stop", action="store_true", help="keep going after <|endoftext|>")
+    p.add_argument("--draft", metavar="MODEL", help="speculative decoding: a draft model with the same vocabulary "
+                                                    "(as --model takes one) proposes tokens that the model checks "
+                                                    "several at a pass; 'lookup': the draft is what followed the "
+                                                    "text's last words where they occurred before. The same "
+                                                    "distribution (--greedy: the same text), faster where the "
+                                                    "draft agrees")
+    p.add_argument("--draft-tokens", type=int, default=4, metavar="K", help="tokens the draft proposes a pass "
+                                                                            "(default 4)")
+
+
+def check_draft_flags(args):
+    """--draft's settings, checked before any model loads."""
+    try:
+        g.check_draft_settings(args.draft_tokens, args.n_samples)
+    except UserError as e:
+        fail(user_message(e))
+
+
+def load_draft(args, encoder, hparams):
+    """--draft: 'lookup', or the draft model as (params, hparams), loaded as --model is, with the same vocabulary."""
+    if args.draft == "lookup":
+        return "lookup"
+    draft_encoder, draft_hparams, draft_params = loading.load_model(args.draft, args.models_dir, args.base_url,
+                                                                    quiet=args.quiet)
+    if draft_hparams["n_vocab"] != hparams["n_vocab"] or draft_encoder.token_bytes != encoder.token_bytes:
+        raise UserError(f"--draft {args.draft} has another vocabulary than --model {args.model}: a draft must "
+                        "share the model's tokens")
+    return draft_params, draft_hparams
 
 
 def plural(n, word):
@@ -182,21 +216,30 @@ def start_ids(args, encoder):
 def run_generate(args, encoder, hparams, params):
     prompt_ids = start_ids(args, encoder)
     stop = None if args.no_stop else encoder.eot
+    draft = None if args.draft is None else load_draft(args, encoder, hparams)
+    draft_counts = {"proposed": 0, "accepted": 0}  # filled in as the draft's tokens are judged
     start = time.perf_counter()
-    samples, alternatives, first_token_time = sample_and_stream(args, encoder, hparams, params, prompt_ids, stop)
+    samples, alternatives, first_token_time = sample_and_stream(args, encoder, hparams, params, prompt_ids, stop,
+                                                                draft, draft_counts)
     elapsed = time.perf_counter() - start
     finish = ["endoftext" if s and s[-1] == stop else "length" for s in samples]
     samples = [s[:-1] if f == "endoftext" else s for s, f in zip(samples, finish)]
-    print_samples(args, encoder, prompt_ids, samples, finish, alternatives)
+    print_samples(args, encoder, prompt_ids, samples, finish, alternatives, draft_counts)
     n = sum(len(s) for s in samples)
     if not args.quiet and n:
         after_first = elapsed - (first_token_time - start)
+        accepted = f", {acceptance_rate(draft_counts):.0%} of the draft's tokens accepted" if draft else ""
         print(f"[{plural(n, 'token')} in {elapsed:.2f} s: prompt of {plural(len(prompt_ids), 'token')} and first "
               f"token in {first_token_time - start:.2f} s, then {(n - args.n_samples) / max(after_first, 1e-9):.1f} "
-              f"tokens/s]", file=sys.stderr)
+              f"tokens/s{accepted}]", file=sys.stderr)
 
 
-def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop):
+def acceptance_rate(draft_counts):
+    """accepted / proposed; 0 when the draft proposed nothing."""
+    return draft_counts["accepted"] / max(draft_counts["proposed"], 1)
+
+
+def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop, draft=None, draft_counts=None):
     """Generate, writing one sample's text as it comes. -> (the samples' ids, up to and with the stop
     token; per step, per sample, the --top alternatives with --json; when the first token came)"""
     alternatives = []  # per step, per sample: the top --top tokens of the distribution sampled from
@@ -206,7 +249,8 @@ def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop):
         alternatives.append([top_entries(encoder, row, args.top) for row in probs])
 
     steps = g.generate(prompt_ids, params, hparams, args.n_tokens, args.temperature, args.top_k, args.top_p,
-                       args.seed, args.n_samples, stop, watch=watch if args.json and args.top else None)
+                       args.seed, args.n_samples, stop, watch=watch if args.json and args.top else None,
+                       draft=draft, draft_tokens=args.draft_tokens, draft_counts=draft_counts)
     stream = args.n_samples == 1 and not args.json
     if stream:  # generate has checked the settings: nothing was printed before a mistake
         print(args.prompt, end="", flush=True)
@@ -229,7 +273,7 @@ def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop):
     return samples, alternatives, first_token_time
 
 
-def print_samples(args, encoder, prompt_ids, samples, finish, alternatives):
+def print_samples(args, encoder, prompt_ids, samples, finish, alternatives, draft_counts=None):
     """--json: one object; several samples: one after another. (One sample was streamed already.)"""
     if args.json:
         out = {"model": args.model, "prompt_ids": prompt_ids,
@@ -237,6 +281,9 @@ def print_samples(args, encoder, prompt_ids, samples, finish, alternatives):
         if args.top:
             for i, sample in enumerate(out["samples"]):
                 sample["top"] = [step[i] for step in alternatives[:len(sample["ids"])]]
+        if args.draft is not None:
+            out["draft"] = {"model": args.draft, "tokens": args.draft_tokens, **draft_counts,
+                            "acceptance_rate": acceptance_rate(draft_counts)}
         print(json.dumps(out))
     elif args.n_samples > 1:
         for i, s in enumerate(samples):

@@ -208,7 +208,7 @@ FILE_ORDER = ["test_blocks.py", "test_crc32c.py", "test_bpe.py", "test_bpe_train
               "test_parallel.py", "test_look_inside.py", "test_evaluate.py", "test_eval_golden.py", "test_train.py",
               "test_documents.py", "test_instruction.py", "test_lora.py",
               "test_params.py", "test_safetensors_writer.py", "test_hf.py", "test_convert.py",
-              "test_download.py", "test_cli.py", "test_html_page.py", "test_layout.py",
+              "test_download.py", "test_cli.py", "test_speculative.py", "test_html_page.py", "test_layout.py",
               "test_real_weights.py", "test_exercises.py"]
 
 

@@ -1,0 +1,209 @@
+"""Speculative decoding's speed: plain decode, --draft MODEL and --draft lookup, with Hugging Face's
+assisted generation on the same pair beside them.
+
+    python bench/train_speculative_pair.py        # the trained pair, once: bench/out/spec-target, spec-draft
+    python bench/bench_speculative.py --model bench/out/spec-target --draft bench/out/spec-draft
+    python convert.py bench/out/spec-target bench/out/spec-target-hf --to hf     # Hugging Face's folders
+    python convert.py bench/out/spec-draft bench/out/spec-draft-hf --to hf
+    python bench/bench_speculative.py --model bench/out/spec-target --draft bench/out/spec-draft \\
+        --hf-model bench/out/spec-target-hf --hf-draft bench/out/spec-draft-hf --torch-python /work/devvenv/bin/python
+
+The worst case, a draft that never agrees (random weights) with a large model:
+
+    python bench/bench_speculative.py --model random:1558M --draft random:124M --n-tokens 24 --repeats 2
+
+random:SIZE is a model of that size's shape with GPT-2's initialisation (initialise.py, seed 0) and
+GPT-2's vocabulary, written once to bench/out/SIZE-random-init/ (1558M: 6.2 GB on disk, and about
+twice that in memory while it is written); a folder from bench/make_random_checkpoint.py does as well.
+
+Each row decodes --n-tokens tokens (no stop token) after the same prompt, the first --prompt-tokens
+ids of the held-out end of data/tinyshakespeare.txt in the model's own vocabulary, at greedy and at
+temperature 1 (no top-k, no top-p: every flag at its default). Its time is the whole call, prefill
+included, the median of --repeats runs; the rows take turns within each repeat, so a busy machine
+slows them alike. tokens/s is n_tokens over that time. The acceptance rate is accepted / proposed
+(ours from draft_counts; Hugging Face's is not reported by generate). At greedy every row must give
+plain decode's ids: the bench says so, and stops if ours do not.
+
+Hugging Face's rows run in their own process (--torch-python, a Python with torch and transformers),
+on the same threads: assistant_model with num_assistant_tokens = K and the "constant" schedule (our
+K, fixed), then with its default "heuristic" schedule (K grows while drafts pass and shrinks when
+they fall), and prompt_lookup_num_tokens = K (its n-grams: 1..2, ours: 1..3).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def model_folder(name):
+    """A model folder: name itself, or for random:SIZE the random model of that shape, written once."""
+    if not name.startswith("random:"):
+        return name
+    size = name.split(":", 1)[1]
+    folder = os.path.join(HERE, "out", f"{size}-random-init")
+    if not os.path.exists(os.path.join(folder, "hparams.json")):
+        from initialise import init_params
+        from plumbing import shapes
+        from plumbing.checkpoint import write_checkpoint
+
+        print(f"writing {folder} (random weights, once)", file=sys.stderr)
+        hparams = shapes.hparams(size)
+        write_checkpoint(folder, init_params(hparams), hparams, vocab_dir=os.path.join(ROOT, "data", "gpt2-vocab"))
+    return folder
+
+
+def prompt_ids(encoder, n):
+    """The first n ids of the held-out end of the Shakespeare (train.py holds out the last 10%)."""
+    with open(os.path.join(ROOT, "data", "tinyshakespeare.txt"), encoding="utf-8") as f:
+        text = f.read()
+    held_out = text[int(len(text) * 0.9):]
+    held_out = held_out[held_out.index("\n\n") + 2:]  # from the start of a speech
+    return encoder.encode(held_out[:20 * n])[:n]
+
+
+def ours(args, prompt):
+    """{(row, temperature): {"seconds": [...], "ids": [...], "proposed", "accepted"}} of our generate."""
+    import gpt2_numpy as g
+    from plumbing import loading
+
+    encoder, hparams, params = loading.load_model(args.model, quiet=True)
+    draft_encoder, draft_hparams, draft_params = loading.load_model(args.draft, quiet=True)
+    if draft_encoder.token_bytes != encoder.token_bytes:
+        sys.exit(f"{args.draft} and {args.model} have different vocabularies")
+    drafts = {"plain": None, "--draft": (draft_params, draft_hparams), "--draft lookup": "lookup"}
+    results = {}
+    for repeat in range(args.repeats + 1):  # the first round warms up (page cache, BLAS's buffers)
+        for temperature in (0.0, 1.0):
+            for row, draft in drafts.items():
+                counts = {}
+                start = time.perf_counter()
+                ids = [int(s[0]) for s in g.generate(prompt, params, hparams, args.n_tokens, temperature, seed=repeat,
+                                                     stop=None, draft=draft, draft_tokens=args.draft_tokens,
+                                                     draft_counts=counts)]
+                seconds = time.perf_counter() - start
+                r = results.setdefault((row, temperature), {"seconds": [], "proposed": 0, "accepted": 0})
+                if repeat:
+                    r["seconds"].append(seconds)
+                    r["proposed"] += counts.get("proposed", 0)
+                    r["accepted"] += counts.get("accepted", 0)
+                r["ids"] = ids
+                if temperature == 0 and ids != results[("plain", 0.0)]["ids"]:
+                    sys.exit(f"{row} at greedy gave other ids than plain decode: a bug")
+    return results, encoder
+
+
+def hugging_face(args, prompt):
+    """The same rows from transformers, in its own process. -> {(row, temperature): {...}}"""
+    spec = dict(model=args.hf_model, draft=args.hf_draft, prompt=prompt, n_tokens=args.n_tokens, k=args.draft_tokens,
+                repeats=args.repeats, threads=args.threads)
+    r = subprocess.run([args.torch_python, os.path.abspath(__file__), "--hf-worker", json.dumps(spec)],
+                       capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"the Hugging Face worker failed:\n{r.stderr}")
+    return {(row, t): v for row, t, v in json.loads(r.stdout.splitlines()[-1])}
+
+
+def hf_worker(spec):
+    """Runs under --torch-python: transformers' generate, plain and assisted, timed as ours are."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(spec["threads"])
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], torch_dtype=torch.float32).eval()
+    draft = AutoModelForCausalLM.from_pretrained(spec["draft"], torch_dtype=torch.float32).eval()
+    ids = torch.tensor([spec["prompt"]])
+    n, k = spec["n_tokens"], spec["k"]
+
+    def assisted(schedule):
+        def kw():
+            draft.generation_config.num_assistant_tokens = k
+            draft.generation_config.num_assistant_tokens_schedule = schedule
+            return dict(assistant_model=draft)
+        return kw
+
+    rows = {"HF plain": dict, "HF assistant_model (K constant)": assisted("constant"),
+            "HF assistant_model (heuristic K)": assisted("heuristic"),
+            "HF prompt_lookup_num_tokens": lambda: dict(prompt_lookup_num_tokens=k)}
+    results = {}
+    for repeat in range(spec["repeats"] + 1):
+        for temperature in (0.0, 1.0):
+            sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if temperature else \
+                dict(do_sample=False)
+            for row, extra in rows.items():
+                torch.manual_seed(repeat)
+                start = time.perf_counter()
+                with torch.no_grad():
+                    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                                         min_new_tokens=n, pad_token_id=model.config.eos_token_id, **sampling,
+                                         **extra())
+                seconds = time.perf_counter() - start
+                r = results.setdefault((row, temperature), {"seconds": []})
+                if repeat:
+                    r["seconds"].append(seconds)
+                r["ids"] = out[0, len(spec["prompt"]):].tolist()
+    print(json.dumps([[row, t, v] for (row, t), v in results.items()]))
+
+
+def table(results, n_tokens, plain_ids):
+    """Markdown: one row per way of decoding and temperature."""
+    lines = ["| decoding | temperature | tokens/s | ms a token | × plain | accepted / proposed | greedy ids = plain's |",
+             "|---|---|---|---|---|---|---|"]
+    for temperature in (0.0, 1.0):
+        plain = statistics.median(results[("plain", temperature)]["seconds"])
+        for (row, t), r in results.items():
+            if t != temperature:
+                continue
+            s = statistics.median(r["seconds"])
+            rate = f"{r['accepted'] / r['proposed']:.2f} ({r['accepted']}/{r['proposed']})" if r.get("proposed") \
+                else "–"
+            same = ("yes" if r["ids"] == plain_ids else "**no**") if temperature == 0 else "–"
+            lines.append(f"| {row} | {'greedy' if t == 0 else '1'} | {n_tokens / s:.1f} | {1000 * s / n_tokens:.1f} | "
+                         f"{plain / s:.2f}× | {rate} | {same} |")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=os.path.join(HERE, "out", "spec-target"), help="a model folder, or random:SIZE")
+    p.add_argument("--draft", default=os.path.join(HERE, "out", "spec-draft"), help="a model folder, or random:SIZE")
+    p.add_argument("--draft-tokens", type=int, default=4, help="K (default 4)")
+    p.add_argument("--n-tokens", type=int, default=200)
+    p.add_argument("--prompt-tokens", type=int, default=40)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2, help="BLAS threads, ours and torch's")
+    p.add_argument("--hf-model", help="--model as a Hugging Face folder (convert.py --to hf)")
+    p.add_argument("--hf-draft", help="--draft as a Hugging Face folder")
+    p.add_argument("--torch-python", default="/work/devvenv/bin/python", help="a Python with torch and transformers")
+    p.add_argument("--json", metavar="FILE", help="also write every time and id here")
+    p.add_argument("--hf-worker", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.hf_worker:
+        return hf_worker(json.loads(args.hf_worker))
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)  # before NumPy loads
+    sys.path.insert(0, ROOT)
+    import bpe
+
+    args.model, args.draft = model_folder(args.model), model_folder(args.draft)
+    encoder = bpe.get_encoder(args.model)
+    prompt = prompt_ids(encoder, args.prompt_tokens)
+    results, encoder = ours(args, prompt)
+    if args.hf_model:
+        results |= hugging_face(args, prompt)
+    print(f"{args.model} with the draft {args.draft}, K = {args.draft_tokens}: {args.n_tokens} tokens after "
+          f"{len(prompt)}, {args.threads} threads, median of {args.repeats}")
+    print(table(results, args.n_tokens, results[("plain", 0.0)]["ids"]))
+    print("greedy text:", repr(encoder.decode(results[("plain", 0.0)]["ids"])[:200]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([[row, t, v] for (row, t), v in results.items()], f)
+
+
+if __name__ == "__main__":
+    main()
