@@ -27,6 +27,25 @@ def rand(*shape, seed=0, scale=1.0):
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
+# float64 values and derivatives by finite differences, for the backward tests
+def r64(*shape, seed=0, scale=1.0):
+    return np.random.default_rng(seed).standard_normal(shape) * scale
+
+
+def numerical_grad(f, x, eps=1e-6):
+    """d f / d x by central differences, one element at a time (float64)."""
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        old = x[i]
+        x[i] = old + eps
+        up = f()
+        x[i] = old - eps
+        down = f()
+        x[i] = old
+        grad[i] = (up - down) / (2 * eps)
+    return grad
+
+
 GRAD_GOLDEN = np.load(os.path.join(DATA, "grad_golden.npz"))  # torch's gradients: tests/data/make_grad_golden.py
 
 
@@ -218,3 +237,13 @@ def pytest_collection_modifyitems(items):
         return FILE_ORDER.index(name) if name in FILE_ORDER else len(FILE_ORDER)
 
     items.sort(key=rank)  # a stable sort: within a file, the tests keep their order
+
+
+# a small text to fine-tune on (test_train.py, test_lora.py)
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    words = "the cat sat on a mat and the dog ran to the park while birds sang in tall green trees".split()
+    (folder / "notes.txt").write_text(" ".join(rng.choice(words, 2000)), encoding="utf-8")
+    return folder / "notes.txt"

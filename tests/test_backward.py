@@ -7,29 +7,11 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import GRAD_GOLDEN as GOLDEN
+from conftest import GRAD_GOLDEN as GOLDEN, numerical_grad, r64
 import gpt2_numpy as g
 from plumbing import shapes
 
 CASES = {"odd": "odd", "odd_full": "odd", "tiny": "tiny"}
-
-
-def r64(*shape, seed=0, scale=1.0):
-    return np.random.default_rng(seed).standard_normal(shape) * scale
-
-
-def numerical_grad(f, x, eps=1e-6):
-    """d f / d x by central differences, one element at a time (float64)."""
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + eps
-        up = f()
-        x[i] = old - eps
-        down = f()
-        x[i] = old
-        grad[i] = (up - down) / (2 * eps)
-    return grad
 
 
 def check(analytic, f, x, name, mistakes=()):

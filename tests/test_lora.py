@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import DATA, ROOT, model_folder_copy
+from conftest import DATA, ROOT, model_folder_copy, numerical_grad, r64
 import gpt2_numpy as g
 import optimizer
 import parameters
@@ -23,24 +23,6 @@ from plumbing.safetensors_reader import load_file
 
 GOLDEN = np.load(os.path.join(DATA, "lora_golden.npz"))
 CASES = ("tiny", "odd")
-
-
-def r64(*shape, seed=0, scale=1.0):
-    return np.random.default_rng(seed).standard_normal(shape) * scale
-
-
-def numerical_grad(f, x, eps=1e-6):
-    """d f / d x by central differences, one element at a time (float64)."""
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + eps
-        up = f()
-        x[i] = old - eps
-        down = f()
-        x[i] = old
-        grad[i] = (up - down) / (2 * eps)
-    return grad
 
 
 def golden_adapters(case):
@@ -177,15 +159,6 @@ def test_the_merged_model_is_the_base_plus_the_adapter(models):
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     return model_folder_copy("tiny", str(tmp_path_factory.mktemp("m") / "tiny"))
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("corpus")
-    rng = np.random.default_rng(0)
-    words = "the cat sat on a mat and the dog ran to the park while birds sang in tall green trees".split()
-    (folder / "notes.txt").write_text(" ".join(rng.choice(words, 2000)), encoding="utf-8")
-    return folder / "notes.txt"
 
 
 def lora_args(model, data, out, *more):

@@ -63,15 +63,6 @@ def test_a_trainable_copy_is_writable():
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("corpus")
-    rng = np.random.default_rng(0)
-    words = "the cat sat on a mat and the dog ran to the park while birds sang in tall green trees".split()
-    (folder / "notes.txt").write_text(" ".join(rng.choice(words, 2000)), encoding="utf-8")
-    return folder / "notes.txt"
-
-
-@pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     return model_folder_copy("tiny", str(tmp_path_factory.mktemp("m") / "tiny"))
 
