@@ -239,7 +239,12 @@ def pytest_collection_modifyitems(items):
     items.sort(key=rank)  # a stable sort: within a file, the tests keep their order
 
 
-# a small text to fine-tune on (test_train.py, test_lora.py)
+# a model folder and a small text to fine-tune it on (test_train.py, test_lora.py)
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return model_folder_copy("tiny", str(tmp_path_factory.mktemp("m") / "tiny"))
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpus")

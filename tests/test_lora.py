@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import DATA, ROOT, model_folder_copy, numerical_grad, r64
+from conftest import DATA, ROOT, numerical_grad, r64
 import gpt2_numpy as g
 import optimizer
 import parameters
@@ -155,11 +155,6 @@ def test_the_merged_model_is_the_base_plus_the_adapter(models):
 
 
 # --- train.py --lora-rank --------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return model_folder_copy("tiny", str(tmp_path_factory.mktemp("m") / "tiny"))
-
 
 def lora_args(model, data, out, *more):
     return ["--model", model, "--data", str(data), "--out", str(out), "--steps", "8", "--batch-size", "2",

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT, model_folder_copy
+from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT
 import optimizer
 import train
 from plumbing import shapes, train_cli
@@ -60,11 +60,6 @@ def test_a_trainable_copy_is_writable():
     assert set(copy["ln_f"]) == set(copy["blocks"][2]["ln_2"]) == {"g", "b"}  # the eps is the hparams'
     assert copy["wte"].flags.writeable and not np.shares_memory(copy["wte"], params["wte"])
     assert np.array_equal(copy["wte"], params["wte"])
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return model_folder_copy("tiny", str(tmp_path_factory.mktemp("m") / "tiny"))
 
 
 def train_args(model, data, out, *more):
