@@ -20,7 +20,6 @@ a run stopped (Ctrl-C saves it) and resumed is the same run, bit for bit.
 
 The command line (flags, which model, messages) is plumbing/train_cli.py.
 """
-import io
 import json
 import math
 import os
@@ -187,12 +186,13 @@ def memory_needed(hparams, batch_size, context, adapter_size=0):
     gradient), and 3 V for the logits, their gradient and the softmax's temporaries.
     With LoRA (adapter_size: its A and B's parameters, lora_size) the weights are frozen: 4 bytes a
     weight (mapped from the file, read at every step) and 16 an adapter's; the same activations; and
-    while a save assembles the merged checkpoint's bytes, 8 more a weight (then no activations are held)."""
+    while a save writes the merged checkpoint (a tensor at a time), up to 4 more a weight for the merged
+    copies of the adapted layers (then no activations are held)."""
     n = parameters.count_parameters(hparams, d_ff=hparams.get("n_inner"))["total"]
     C, H, L, V = hparams["n_embd"], hparams["n_head"], hparams["n_layer"], hparams["n_vocab"]
     per_token = 4 * (L * (16 * C + 2 * H * context) + 3 * V)
     if adapter_size:
-        return 4 * n + 16 * adapter_size + max(batch_size * context * per_token, 8 * n)
+        return 4 * n + 16 * adapter_size + max(batch_size * context * per_token, 4 * n)
     return 16 * n + batch_size * context * per_token
 
 
@@ -401,9 +401,8 @@ def save(folder, params, hparams, state, vocab_dir, config, lora=None):
     train takes it) writes the merged model, and beside it the adapter in PEFT's format, from which
     --resume reads A and B back (their moments are in the optimizer's state)."""
     moments = {f"m/{k}": a for k, a in state["m"].items()} | {f"v/{k}": a for k, a in state["v"].items()}
-    buf = io.BytesIO()
-    np.savez(buf, step=np.int64(state["step"]), **moments)
-    extra = {STATE_FILE: buf.getvalue(), CONFIG_FILE: json.dumps(config, indent=1).encode()}
+    extra = {STATE_FILE: lambda f: np.savez(f, step=np.int64(state["step"]), **moments),  # streamed, not copied
+             CONFIG_FILE: json.dumps(config, indent=1).encode()}
     if lora:
         extra |= peft_adapter.adapter_files(lora["adapters"], lora["alpha"], lora["targets"], lora["base"])
         params = merged(params)

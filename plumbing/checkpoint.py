@@ -446,15 +446,17 @@ def table(entries):
                                                                        TABLE_MAGIC >> 32)
 
 
-def checkpoint_files(tensors):
-    """{checkpoint name: float32 array} -> (index bytes, data bytes), tensors in name order."""
-    entries, data, offset = [(b"", HEADER_PROTO)], [], 0
+def write_data(f, tensors):
+    """Write {checkpoint name: float32 array} to the open file f, a tensor at a time in name order, and
+    return the index's bytes. Only one tensor is ever copied (into little-endian float32, if it is not
+    already), so writing a 1558M model needs no second copy of it in memory."""
+    entries, offset = [(b"", HEADER_PROTO)], 0
     for name in sorted(tensors):
-        raw = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
-        entries.append((name.encode(), entry_proto(tensors[name].shape, offset, len(raw), masked_crc32c(raw))))
-        data.append(raw)
-        offset += len(raw)
-    return table(entries), b"".join(data)
+        raw = np.ascontiguousarray(tensors[name], dtype="<f4")
+        entries.append((name.encode(), entry_proto(raw.shape, offset, raw.nbytes, masked_crc32c(raw))))
+        f.write(raw.reshape(-1).view(np.uint8).data)
+        offset += raw.nbytes
+    return table(entries)
 
 
 def check_writable(hparams, folder):
@@ -468,19 +470,24 @@ def check_writable(hparams, folder):
 
 def write_checkpoint(folder, params, hparams, vocab_dir=None, extra=None):
     """Write params as OpenAI's files (checkpoint, hparams.json, model.ckpt.index and .data, and
-    encoder.json and vocab.bpe copied from the folder `vocab_dir`; extra: {file name: bytes} beside
-    them), whole or not at all (plumbing/folders.py): a crash or Ctrl-C never leaves half a
-    checkpoint."""
+    encoder.json and vocab.bpe copied from the folder `vocab_dir`; extra: {file name: its bytes, or a
+    function that writes them to an open file} beside them), whole or not at all (plumbing/folders.py):
+    a crash or Ctrl-C never leaves half a checkpoint."""
     check_writable(hparams, folder)
     tensors = {f"model/{name}": a[None] if name.endswith("/w") else a for name, a in shapes.flatten(params).items()}
-    index, data = checkpoint_files(tensors)
     files = {"checkpoint": b'model_checkpoint_path: "model.ckpt"\nall_model_checkpoint_paths: "model.ckpt"\n',
              "hparams.json": json.dumps({k: hparams[k] for k in shapes.HPARAM_KEYS}, indent=2).encode(),
-             "model.ckpt.index": index, "model.ckpt" + DATA_SUFFIX: data, **(extra or {})}
+             **(extra or {})}
     with whole_folder(folder, "the checkpoint", CheckpointError) as tmp:
+        with open(os.path.join(tmp, "model.ckpt" + DATA_SUFFIX), "wb") as f:
+            index = write_data(f, tensors)
+        files["model.ckpt.index"] = index
         for name, content in files.items():
             with open(os.path.join(tmp, name), "wb") as f:
-                f.write(content)
+                if callable(content):
+                    content(f)
+                else:
+                    f.write(content)
         for name, hf_name in TOKENIZER_FILES.items() if vocab_dir else ():
             # Hugging Face's vocab.json and merges.txt are the same two tables under other names
             source = os.path.join(vocab_dir, name if os.path.exists(os.path.join(vocab_dir, name)) else hf_name)

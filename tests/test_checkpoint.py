@@ -1,4 +1,5 @@
 """checkpoint.py: reading TensorFlow checkpoints without TensorFlow: format, integrity, and corrupt files."""
+import io
 import json
 import os
 import random
@@ -162,7 +163,8 @@ def test_1000_random_corruptions_of_the_index_load_identically_or_raise_checkpoi
 @pytest.mark.parametrize("name", ["tiny", "odd", "many"])
 def test_the_writer_gives_tensorflows_own_bytes_for_the_same_tensors(name):
     """make_checkpoints.py gave TensorFlow these arrays; we write the same index and data, byte for byte."""
-    index, data = checkpoint.checkpoint_files(expected_tensors(name))
+    buf = io.BytesIO()
+    index, data = checkpoint.write_data(buf, expected_tensors(name)), buf.getvalue()
     with open(os.path.join(checkpoint_dir(name), "model.ckpt.index"), "rb") as f:
         assert index == f.read()
     with open(os.path.join(checkpoint_dir(name), "model.ckpt.data-00000-of-00001"), "rb") as f:
