@@ -171,6 +171,23 @@ def test_the_writer_gives_tensorflows_own_bytes_for_the_same_tensors(name):
         assert data == f.read()
 
 
+def test_the_writer_streams_a_tensor_at_a_time():
+    """write_data never joins the data in memory: each write is one tensor, so a 1558M save holds no second copy."""
+    class Recorder(io.BytesIO):
+        sizes = []
+
+        def write(self, b):
+            self.sizes.append(len(memoryview(b).cast("B")))
+            return super().write(b)
+
+    tensors = expected_tensors("many")
+    f = Recorder()
+    checkpoint.write_data(f, tensors)
+    assert sorted(f.sizes) == sorted(a.astype("<f4").nbytes for a in tensors.values())
+    with open(os.path.join(checkpoint_dir("many"), "model.ckpt.data-00000-of-00001"), "rb") as data:
+        assert f.getvalue() == data.read()
+
+
 def test_loading_what_was_written_gives_the_params_back(tmp_path):
     hp, params = checkpoint.load_checkpoint(checkpoint_dir("odd"))
     changed = shapes.nest({k: (a * 2 + 1).astype(np.float32) for k, a in shapes.flatten(params).items()}, hp["n_layer"])
