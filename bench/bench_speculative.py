@@ -24,6 +24,10 @@ slows them alike. tokens/s is n_tokens over that time. The acceptance rate is ac
 (ours from draft_counts; Hugging Face's is not reported by generate). At greedy every row must give
 plain decode's ids: the bench says so, and stops if ours do not.
 
+After the table, the figures that bound it (pass_costs): t(n), the model's pass over n positions
+through its cache as a multiple of a pass over one, and c, a draft step as a multiple of the
+model's; so the best a round can do, every drafted token accepted, is (K + 1) / (K c + t(K + 1)).
+
 Hugging Face's rows run in their own process (--torch-python, a Python with torch and transformers),
 on the same threads: assistant_model with num_assistant_tokens = K and the "constant" schedule (our
 K, fixed), then with its default "heuristic" schedule (K grows while drafts pass and shrinks when
@@ -95,7 +99,36 @@ def ours(args, prompt):
                 r["ids"] = ids
                 if temperature == 0 and ids != results[("plain", 0.0)]["ids"]:
                     sys.exit(f"{row} at greedy gave other ids than plain decode: a bug")
-    return results, encoder
+    costs = pass_costs((params, hparams), (draft_params, draft_hparams), prompt, args.draft_tokens)
+    return results, encoder, costs
+
+
+def pass_costs(model, draft, prompt, k, rounds=30):
+    """What the docs' formula needs (docs/speculative.md, "When it pays"): t[n], a pass of the model over n
+    positions through its cache after the prompt, as a multiple of a pass over one, for n = 1 ... k + 1;
+    and c, a draft step over one position, as a multiple of the model's. The passes take turns, `rounds`
+    times, and each figure is a median. model, draft: (params, hparams)."""
+    import numpy as np
+
+    import gpt2_numpy as g
+
+    def one_pass(params, hparams, kv, n):
+        g.rewind(kv, len(prompt))
+        start = time.perf_counter()
+        g.gpt2(np.zeros((1, n), int), params, hparams["n_head"], kv, last_only=n == 1, eps=g.layer_norm_eps(hparams))
+        return time.perf_counter() - start
+
+    caches = []
+    for params, hparams in (model, draft):
+        kv = g.new_kv_cache(hparams, 1, len(prompt) + k + 1)
+        g.gpt2(np.array([prompt]), params, hparams["n_head"], kv, last_only=True, eps=g.layer_norm_eps(hparams))
+        caches.append(kv)
+    times = {n: [] for n in ["draft", *range(1, k + 2)]}
+    for _ in range(rounds + 1):  # the first warms up
+        for n in times:
+            times[n].append(one_pass(*draft, caches[1], 1) if n == "draft" else one_pass(*model, caches[0], n))
+    median = {n: statistics.median(ts[1:]) for n, ts in times.items()}
+    return {n: median[n] / median[1] for n in range(1, k + 2)}, median["draft"] / median[1], median[1]
 
 
 def hugging_face(args, prompt):
@@ -193,13 +226,19 @@ def main():
     args.model, args.draft = model_folder(args.model), model_folder(args.draft)
     encoder = bpe.get_encoder(args.model)
     prompt = prompt_ids(encoder, args.prompt_tokens)
-    results, encoder = ours(args, prompt)
+    results, encoder, (t, c, one) = ours(args, prompt)
     if args.hf_model:
         results |= hugging_face(args, prompt)
     print(f"{args.model} with the draft {args.draft}, K = {args.draft_tokens}: {args.n_tokens} tokens after "
           f"{len(prompt)}, {args.threads} threads, median of {args.repeats}")
     print(table(results, args.n_tokens, results[("plain", 0.0)]["ids"]))
     print("greedy text:", repr(encoder.decode(results[("plain", 0.0)]["ids"])[:200]))
+    k = args.draft_tokens
+    print(f"a pass over n positions, in passes over one ({1000 * one:.2f} ms): "
+          + ", ".join(f"t({n}) = {t[n]:.2f}" for n in t) + f"; a draft step: c = {c:.2f} of a pass over one")
+    print(f"so a round costs K c + t(K + 1) = {k * c + t[k + 1]:.2f} passes over one, and gives at most K + 1 = {k + 1} "
+          f"tokens: at best {(k + 1) / (k * c + t[k + 1]):.2f}x plain decode with a draft model, "
+          f"{(k + 1) / t[k + 1]:.2f}x with lookup (c = 0)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([[row, t, v] for (row, t), v in results.items()], f)
