@@ -28,8 +28,9 @@ After the table, the figures that bound it (pass_costs): t(n), the model's pass 
 through its cache as a multiple of a pass over one, and c, a draft step as a multiple of the
 model's; so the best a round can do, every drafted token accepted, is (K + 1) / (K c + t(K + 1)).
 
-Hugging Face's rows run in their own process (--torch-python, a Python with torch and transformers),
-on the same threads: assistant_model with num_assistant_tokens = K and the "constant" schedule (our
+Hugging Face's rows run in a process of their own (--torch-python, a Python with torch and
+transformers), one a repeat, after ours, so that the two take turns; each process warms up on a
+call of each row before the one it times. The same threads: assistant_model with num_assistant_tokens = K and the "constant" schedule (our
 K, fixed), then with its default "heuristic" schedule (K grows while drafts pass and shrinks when
 they fall), and prompt_lookup_num_tokens = K (its n-grams: 1..2, ours: 1..3).
 """
@@ -71,36 +72,41 @@ def prompt_ids(encoder, n):
     return encoder.encode(held_out[:20 * n])[:n]
 
 
-def ours(args, prompt):
-    """{(row, temperature): {"seconds": [...], "ids": [...], "proposed", "accepted"}} of our generate."""
-    import gpt2_numpy as g
+def load_pair(args):
+    """(encoder, (params, hparams), (draft_params, draft_hparams)) for --model and --draft, or exit."""
     from plumbing import loading
 
     encoder, hparams, params = loading.load_model(args.model, quiet=True)
     draft_encoder, draft_hparams, draft_params = loading.load_model(args.draft, quiet=True)
     if draft_encoder.token_bytes != encoder.token_bytes:
         sys.exit(f"{args.draft} and {args.model} have different vocabularies")
-    drafts = {"plain": None, "--draft": (draft_params, draft_hparams), "--draft lookup": "lookup"}
-    results = {}
-    for repeat in range(args.repeats + 1):  # the first round warms up (page cache, BLAS's buffers)
-        for temperature in (0.0, 1.0):
-            for row, draft in drafts.items():
-                counts = {}
-                start = time.perf_counter()
-                ids = [int(s[0]) for s in g.generate(prompt, params, hparams, args.n_tokens, temperature, seed=repeat,
-                                                     stop=None, draft=draft, draft_tokens=args.draft_tokens,
-                                                     draft_counts=counts)]
-                seconds = time.perf_counter() - start
-                r = results.setdefault((row, temperature), {"seconds": [], "proposed": 0, "accepted": 0})
-                if repeat:
-                    r["seconds"].append(seconds)
-                    r["proposed"] += counts.get("proposed", 0)
-                    r["accepted"] += counts.get("accepted", 0)
-                r["ids"] = ids
-                if temperature == 0 and ids != results[("plain", 0.0)]["ids"]:
-                    sys.exit(f"{row} at greedy gave other ids than plain decode: a bug")
-    costs = pass_costs((params, hparams), (draft_params, draft_hparams), prompt, args.draft_tokens)
-    return results, encoder, costs
+    return encoder, (params, hparams), (draft_params, draft_hparams)
+
+
+def ours(args, prompt, model, draft, repeat, results):
+    """One round of our rows (plain, --draft, --draft lookup; greedy, then temperature 1), added to
+    results: {(row, temperature): {"seconds": [...], "ids": [...], "proposed", "accepted"}}.
+    Round 0 warms up (the page cache, BLAS's buffers) and is not counted."""
+    import gpt2_numpy as g
+
+    params, hparams = model
+    drafts = {"plain": None, "--draft": draft, "--draft lookup": "lookup"}
+    for temperature in (0.0, 1.0):
+        for row, d in drafts.items():
+            counts = {}
+            start = time.perf_counter()
+            ids = [int(s[0]) for s in g.generate(prompt, params, hparams, args.n_tokens, temperature, seed=repeat,
+                                                 stop=None, draft=d, draft_tokens=args.draft_tokens,
+                                                 draft_counts=counts)]
+            seconds = time.perf_counter() - start
+            r = results.setdefault((row, temperature), {"seconds": [], "proposed": 0, "accepted": 0})
+            if repeat:
+                r["seconds"].append(seconds)
+                r["proposed"] += counts.get("proposed", 0)
+                r["accepted"] += counts.get("accepted", 0)
+            r["ids"] = ids
+            if temperature == 0 and ids != results[("plain", 0.0)]["ids"]:
+                sys.exit(f"{row} at greedy gave other ids than plain decode: a bug")
 
 
 def pass_costs(model, draft, prompt, k, rounds=30):
@@ -131,15 +137,19 @@ def pass_costs(model, draft, prompt, k, rounds=30):
     return {n: median[n] / median[1] for n in range(1, k + 2)}, median["draft"] / median[1], median[1]
 
 
-def hugging_face(args, prompt):
-    """The same rows from transformers, in its own process. -> {(row, temperature): {...}}"""
+def hugging_face(args, prompt, repeat, results):
+    """One round of the same rows from transformers, in its own process (which loads both models and
+    warms up on one call of each row first), added to results as ours adds its rows."""
     spec = dict(model=args.hf_model, draft=args.hf_draft, prompt=prompt, n_tokens=args.n_tokens, k=args.draft_tokens,
-                repeats=args.repeats, threads=args.threads)
+                repeats=1, threads=args.threads, seed=repeat)
     r = subprocess.run([args.torch_python, os.path.abspath(__file__), "--hf-worker", json.dumps(spec)],
                        capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"the Hugging Face worker failed:\n{r.stderr}")
-    return {(row, t): v for row, t, v in json.loads(r.stdout.splitlines()[-1])}
+    for row, t, v in json.loads(r.stdout.splitlines()[-1]):
+        kept = results.setdefault((row, t), {"seconds": []})
+        kept["seconds"] += v["seconds"] if repeat else []
+        kept["ids"] = v["ids"]
 
 
 def hf_worker(spec):
@@ -169,7 +179,7 @@ def hf_worker(spec):
             sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if temperature else \
                 dict(do_sample=False)
             for row, extra in rows.items():
-                torch.manual_seed(repeat)
+                torch.manual_seed(spec["seed"] + repeat)
                 start = time.perf_counter()
                 with torch.no_grad():
                     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
@@ -221,14 +231,15 @@ def main():
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)  # before NumPy loads
     sys.path.insert(0, ROOT)
-    import bpe
-
     args.model, args.draft = model_folder(args.model), model_folder(args.draft)
-    encoder = bpe.get_encoder(args.model)
+    encoder, model, draft = load_pair(args)
     prompt = prompt_ids(encoder, args.prompt_tokens)
-    results, encoder, (t, c, one) = ours(args, prompt)
-    if args.hf_model:
-        results |= hugging_face(args, prompt)
+    results = {}
+    for repeat in range(args.repeats + 1):  # ours and Hugging Face's take turns, so that drift hits both alike
+        ours(args, prompt, model, draft, repeat, results)
+        if args.hf_model:
+            hugging_face(args, prompt, repeat, results)
+    t, c, one = pass_costs(model, draft, prompt, args.draft_tokens)
     print(f"{args.model} with the draft {args.draft}, K = {args.draft_tokens}: {args.n_tokens} tokens after "
           f"{len(prompt)}, {args.threads} threads, median of {args.repeats}")
     print(table(results, args.n_tokens, results[("plain", 0.0)]["ids"]))
