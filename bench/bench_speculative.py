@@ -30,9 +30,10 @@ model's; so the best a round can do, every drafted token accepted, is (K + 1) / 
 
 Hugging Face's rows run in a process of their own (--torch-python, a Python with torch and
 transformers), one a repeat, after ours, so that the two take turns; each process warms up on a
-call of each row before the one it times. The same threads: assistant_model with num_assistant_tokens = K and the "constant" schedule (our
-K, fixed), then with its default "heuristic" schedule (K grows while drafts pass and shrinks when
-they fall), and prompt_lookup_num_tokens = K (its n-grams: 1..2, ours: 1..3).
+call of each row before the one it times. On the same threads: assistant_model with
+num_assistant_tokens = K and the "constant" schedule (our K, fixed), then with its default
+"heuristic" schedule (K grows while drafts pass and shrinks when they fall), and
+prompt_lookup_num_tokens = K (its n-grams: 1..2, ours: 1..3).
 """
 import argparse
 import json

@@ -173,17 +173,17 @@ def test_the_writer_gives_tensorflows_own_bytes_for_the_same_tensors(name):
 
 def test_the_writer_streams_a_tensor_at_a_time():
     """write_data never joins the data in memory: each write is one tensor, so a 1558M save holds no second copy."""
-    class Recorder(io.BytesIO):
-        sizes = []
+    sizes = []
 
+    class Recorder(io.BytesIO):
         def write(self, b):
-            self.sizes.append(len(memoryview(b).cast("B")))
+            sizes.append(len(memoryview(b).cast("B")))
             return super().write(b)
 
     tensors = expected_tensors("many")
     f = Recorder()
     checkpoint.write_data(f, tensors)
-    assert sorted(f.sizes) == sorted(a.astype("<f4").nbytes for a in tensors.values())
+    assert sorted(sizes) == sorted(a.astype("<f4").nbytes for a in tensors.values())
     with open(os.path.join(checkpoint_dir("many"), "model.ckpt.data-00000-of-00001"), "rb") as data:
         assert f.getvalue() == data.read()
 
