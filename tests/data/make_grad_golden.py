@@ -31,9 +31,17 @@ def case(name, B, T, seed):
     model, hp = hf_model(name)
     rng = np.random.default_rng(seed)
     ids, targets = rng.integers(0, hp["n_vocab"], (B, T)), rng.integers(0, hp["n_vocab"], (B, T))
+    return torch_gradients(model, hp, ids, targets, rng)
+
+
+def torch_gradients(model, hp, ids, targets, rng, ignore_index=-100):
+    """The loss and every parameter's gradient by our names, from torch autograd; wte's as the rows
+    the batch touches and 32 more drawn from rng, and its norm. ignore_index: targets left out
+    (torch's default, -100, is never a target here)."""
     model.zero_grad()
     logits = model(torch.tensor(ids)).logits
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, hp["n_vocab"]), torch.tensor(targets).reshape(-1))
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, hp["n_vocab"]), torch.tensor(targets).reshape(-1),
+                                             ignore_index=ignore_index)
     loss.backward()
     params = dict(model.named_parameters())
     out = {"ids": ids, "targets": targets, "loss": np.float32(loss.item())}

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import torch
 
-from make_grad_golden import our_names
+from make_grad_golden import torch_gradients
 from make_hf_golden import HERE, hf_model
 
 IGNORE = -1
@@ -27,19 +27,7 @@ def masked_case(name, B, T, seed):
     targets[1, :2] = IGNORE
     targets[1, -3:] = IGNORE  # padding
     ids[1, -3:] = 0
-    model.zero_grad()
-    logits = model(torch.tensor(ids)).logits
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, hp["n_vocab"]), torch.tensor(targets).reshape(-1),
-                                             ignore_index=IGNORE)
-    loss.backward()
-    params = dict(model.named_parameters())
-    out = {"ids": ids, "targets": targets, "loss": np.float32(loss.item())}
-    for ours, theirs in our_names(hp["n_layer"]).items():
-        out[ours] = params[theirs].grad.numpy()
-    wte = params["transformer.wte.weight"].grad.numpy()
-    rows = np.union1d(ids.ravel(), rng.choice(hp["n_vocab"], 32, replace=False))
-    out.update({"wte/rows": rows, "wte/grad_rows": wte[rows], "wte/norm": np.float32(np.linalg.norm(wte))})
-    return out
+    return torch_gradients(model, hp, ids, targets, rng, ignore_index=IGNORE)
 
 
 def main():
