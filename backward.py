@@ -30,9 +30,10 @@ import math
 
 import numpy as np
 
-from gpt2_numpy import (GELU_CUBIC, LAYER_NORM_EPS, SQRT_2_OVER_PI, checked_ids, gpt2_hidden, log_softmax, merge_heads,
-                        next_token_loss, softmax, split_heads)
+from gpt2_numpy import (GELU_CUBIC, SQRT_2_OVER_PI, checked_ids, gpt2_hidden, layer_norm_eps, log_softmax,
+                        merge_heads, next_token_loss, softmax, split_heads)
 from plumbing import shapes
+from plumbing.shapes import LAYER_NORM_EPS
 from plumbing.parallel import in_chunks, reused, shared_among_cores
 
 KEPT = ("resid_pre", "ln_1", "attn.q", "attn.k", "attn.v", "attn.weights", "attn.z", "resid_mid", "ln_2",
@@ -47,7 +48,7 @@ DROPPED = ("attn.weights", "attn.out", "mlp.out")  # per block, where GPT-2 has 
 def gelu_backward(x, dy):
     """d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t²) √(2/π) (1 + 3·0.044715 x²),  t = tanh(√(2/π)(x + 0.044715 x³))
     x, dy [...] -> dx [...]"""
-    x2 = x * x  # not x ** 3: NumPy's float32 power is a general pow, many times slower
+    x2 = x * x  # not x ** 3: NumPy's float32 power is a general pow (docs/performance.md)
     t = np.tanh(SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x2))
     return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x2))
 
@@ -56,7 +57,7 @@ def gelu_backward_fast(x, dy):
     """gelu_backward(x, dy), for the hot path. GELU is x s with s = 1 / (1 + exp(-2y)), y = x (a + b x²)
     (as gelu_fast computes it), so its derivative is s + x s (1 - s) 2y':
         dx = (s + s (1 - s) u) dy,  u = x (2a + 6b x²),  a = √(2/π), b = 0.044715 a,
-    one exp where gelu_backward has a tanh, in three new arrays updated in place. A test holds it equal."""
+    one exp where gelu_backward has a tanh, in three new arrays updated in place."""
     a, b = SQRT_2_OVER_PI, GELU_CUBIC * SQRT_2_OVER_PI
     u = x * x
     s = u * (-2.0 * b)
@@ -187,7 +188,7 @@ def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0, frozen=False):
 # 3. The model
 # ============================================================================
 
-def training_forward(ids, params, n_head, p_drop=0.0, rng=None, eps=LAYER_NORM_EPS):
+def training_forward(ids, params, hparams, p_drop=0.0, rng=None):
     """gpt2_hidden() with a hook that keeps what the backward needs, and with dropout (probability p_drop)
     where GPT-2 has it: the embeddings' sum, the attention weights and each branch's output.
     -> (kept per block, {"x": ln_f's input, "ln_f": its output [B, T, C]})"""
@@ -211,7 +212,7 @@ def training_forward(ids, params, n_head, p_drop=0.0, rng=None, eps=LAYER_NORM_E
             top["x"] = x
         return x
 
-    gpt2_hidden(ids, params, n_head, hook=keep_for_backward, eps=eps)
+    gpt2_hidden(ids, params, hparams, hook=keep_for_backward)
     return blocks, top
 
 
@@ -237,16 +238,15 @@ def cross_entropy_backward(logits, targets):
     return d
 
 
-ROWS = 8  # logits rows at a time: 8 x 50257 floats (1.6 MB) stay in the cache through every step
+LOGIT_ROWS = 8  # logits rows at a time: 8 x 50257 floats (1.6 MB) stay in the cache through every step
 
 
 def cross_entropy_fast(logits, targets):
     """cross_entropy and cross_entropy_backward in one pass, for the hot path: logits [N, V]
-    is overwritten with d loss / d logits, ROWS rows at a time, each one's max, exp, sum and
+    is overwritten with d loss / d logits, LOGIT_ROWS rows at a time, each one's max, exp, sum and
     scale done while it is in the cache, and the rows shared among the cores (each pass over
     the whole [N, V] would be a trip through main memory). targets [N] -> the loss, the mean
-    over the targets that are not IGNORE; an IGNORE row's gradient is 0.
-    A test holds it equal to the two plain functions."""
+    over the targets that are not IGNORE; an IGNORE row's gradient is 0."""
     counted = targets != IGNORE
     n = max(int(np.count_nonzero(counted)), 1)
     masked = n < len(targets)  # instruction data; a window of text counts every position
@@ -254,7 +254,7 @@ def cross_entropy_fast(logits, targets):
     def work(starts):
         total = 0.0
         for i in starts:
-            x, t = logits[i:i + ROWS], targets[i:i + ROWS]
+            x, t = logits[i:i + LOGIT_ROWS], targets[i:i + LOGIT_ROWS]
             x -= x.max(axis=-1, keepdims=True)
             picked = x[np.arange(len(t)), t]  # logit - max, at each target (an IGNORE row's is dropped below)
             np.exp(x, out=x)
@@ -263,12 +263,12 @@ def cross_entropy_fast(logits, targets):
             x *= 1.0 / (n * sums)
             x[np.arange(len(t)), t] -= 1.0 / n
             if masked:
-                x[~counted[i:i + ROWS]] = 0.0
-                losses = losses[counted[i:i + ROWS]]
+                x[~counted[i:i + LOGIT_ROWS]] = 0.0
+                losses = losses[counted[i:i + LOGIT_ROWS]]
             total += float(losses.sum())
         return total
 
-    return sum(shared_among_cores(work, list(range(0, len(targets), ROWS)))) / n
+    return sum(shared_among_cores(work, list(range(0, len(targets), LOGIT_ROWS)))) / n
 
 
 def head_backward(xf, wte, targets, buffers=None, frozen=False):
@@ -285,16 +285,16 @@ def head_backward(xf, wte, targets, buffers=None, frozen=False):
     return loss, (logits @ wte).reshape(xf.shape), dwte
 
 
-def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, n_head, dy, p_drop=0.0, eps=LAYER_NORM_EPS,
-                               frozen=False):
+def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, hparams, dy, p_drop=0.0, frozen=False):
     """x + mha(ln_1(x)), then + ffn(ln_2(x)), backwards: each residual passes dy straight through
     and adds what flows back through its branch (and through its dropout, if any).
     dy [B, T, C] -> dx [B, T, C], grads (frozen, a LoRA run: the adapters' alone)"""
+    eps = layer_norm_eps(hparams)
     dln2, mlp_grads = ffn_backward(kept["ln_2"], kept["mlp.c_fc"], kept["mlp.gelu"], mlp["c_fc"], mlp["c_proj"],
                                    dropout_backward(kept.get("mlp.out.mask"), p_drop, dy), frozen)
     dmid, dg2, db2 = layer_norm_backward(kept["resid_mid"], ln_2["g"], dln2, eps)
     dmid = dmid + dy
-    dln1, attn_grads = mha_backward(kept, attn["c_attn"], attn["c_proj"], n_head,
+    dln1, attn_grads = mha_backward(kept, attn["c_attn"], attn["c_proj"], hparams["n_head"],
                                     dropout_backward(kept.get("attn.out.mask"), p_drop, dmid), p_drop, frozen)
     dx, dg1, db1 = layer_norm_backward(kept["resid_pre"], ln_1["g"], dln1, eps)
     if frozen:
@@ -311,25 +311,24 @@ def embedding_backward(ids, dx, dwte, dwpe):
     dwpe[:ids.shape[1]] += dx.sum(axis=0)
 
 
-def loss_and_grads(ids, targets, params, n_head, p_drop=0.0, rng=None, buffers=None, eps=LAYER_NORM_EPS,
-                   frozen=False):
+def loss_and_grads(ids, targets, params, hparams, p_drop=0.0, rng=None, buffers=None, frozen=False):
     """Mean cross-entropy of targets [B, T] given ids [B, T], and d loss / d every parameter.
     loss = -mean log softmax(logits)[target];  d loss / d logits = (softmax(logits) - onehot) / (B·T)
     A target IGNORE (a prompt's position, padding) counts for nothing: the mean is over the others.
     The head is wte again, so wte's gradient adds two parts: the logits' (dlogitsᵀ x) and the gather's.
     p_drop, rng: dropout. buffers: a dict kept between calls (the training loop's), whose arrays are
-    reused; the returned grads["wte"] is one of them, good until the next call. eps: the layer norms'.
+    reused; the returned grads["wte"] is one of them, good until the next call.
     frozen: a LoRA run, whose weights are all frozen: grads holds the adapters' A and B alone
     ({"blocks": [{"attn": {"c_attn": {"lora": {"A", "B"}}, ...}, ...}, ...]})."""
     ids, targets = checked_ids(ids, params), np.asarray(targets)
     checked_ids(np.where(targets == IGNORE, 0, targets), params)
-    kept, top = training_forward(ids, params, n_head, p_drop, rng, eps)
+    kept, top = training_forward(ids, params, hparams, p_drop, rng)
     loss, dxf, dwte = head_backward(top["ln_f"], params["wte"], targets, buffers, frozen)
-    dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], dxf, eps)
+    dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], dxf, layer_norm_eps(hparams))
     grads = {"ln_f": {"g": dgf, "b": dbf}, "blocks": [None] * len(params["blocks"])}
     for i in reversed(range(len(params["blocks"]))):
-        dx, grads["blocks"][i] = transformer_block_backward(kept[i], **params["blocks"][i], n_head=n_head, dy=dx,
-                                                            p_drop=p_drop, eps=eps, frozen=frozen)
+        dx, grads["blocks"][i] = transformer_block_backward(kept[i], **params["blocks"][i], hparams=hparams, dy=dx,
+                                                            p_drop=p_drop, frozen=frozen)
     if frozen:
         return loss, {"blocks": grads["blocks"]}  # the adapters' alone: nothing else is trained
     dx = dropout_backward(kept[0].get("resid_pre.mask"), p_drop, dx)  # the embeddings' dropout

@@ -96,7 +96,7 @@ def score_batch(requests, params, hparams):
     for row, x in zip(batch, inputs):
         row[:len(x)] = x
     g.checked_ids(batch, params)
-    hidden = g.gpt2_hidden(batch, params, hparams["n_head"], eps=g.layer_norm_eps(hparams))  # [B, T, C]
+    hidden = g.gpt2_hidden(batch, params, hparams)  # [B, T, C]
     where = [(i, len(x) - len(t)) for i, (x, (_, t)) in enumerate(zip(inputs, requests))]
     rows = np.concatenate([hidden[i, start:start + len(t)] for (i, start), (_, t) in zip(where, requests)])  # [M, C]
     targets = np.concatenate([np.asarray(t, np.int64) for _, t in requests])  # [M]

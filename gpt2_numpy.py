@@ -6,33 +6,39 @@ The file goes in the order the data flows:
   1. building blocks    gelu, softmax, layer_norm, linear (and LoRA's update), ffn
   2. attention          split_heads, attention_scores, attention, the KV cache, mha
   3. the model          transformer_block, gpt2_hidden, gpt2
-  4. generation         sampling controls, generate (streams tokens), speculative decoding,
-                        the next-token loss, score
-and at the bottom the entry point, which hands over to plumbing/gpt2_cli.py.
+  4. generation         top-k, top-p, sampling, generate (streams tokens)
+  5. scoring            the next-token loss, score
+  6. the checks at the door: clear errors for what NumPy would get wrong quietly
+and at the bottom the entry point, which hands over to interface/gpt2_cli.py.
 
 It needs NumPy and nothing else: finding, downloading and reading the weights is
-plumbing/loading.py's work, and the command line is plumbing/gpt2_cli.py's. The model knows
-nothing of either.
+interface/loading.py's work, and the command line is interface/gpt2_cli.py's. The model
+knows nothing of either.
 
 Arrays are float32 throughout. Shapes use B = batch, T = positions, C = n_embd,
 H = n_head, D = C / H (one head's width), V = n_vocab. Parameter names follow
 OpenAI's checkpoint (wte, wpe, ln_1, c_attn, c_proj, ln_2, c_fc, ln_f), so the
-code and the checkpoint explain each other.
+code and the checkpoint explain each other. hparams are the model's settings, as
+hparams.json gives them (n_vocab, n_ctx, n_embd, n_head, n_layer, and a Hugging Face
+config's layer_norm_epsilon where it sets one): the model reads what it needs from them.
 
 Hooks: the model passes each activation it makes through `hook(name, array)`, which
 returns the array to go on with. The default, `no_hook`, lets everything through
 unchanged; look_inside.py passes its own, to record every stage or to change one.
 So the forward pass is written once, here.
+
+Plain first, fast beside it: where speed needs a cleverer form (gelu_fast), the plain
+function stays beside it and a test holds the two equal; in a handout the fast form
+calls the student's plain one.
 """
 import math
 import sys
 
 import numpy as np
 
-from plumbing.errors import UserError  # a ValueError that the command line prints as one line (standard library only)
+from plumbing.errors import UserError, plural  # a ValueError the command line prints as one line (standard library)
+from plumbing.shapes import LAYER_NORM_EPS  # GPT-2's facts (standard library only)
 
-ENDOFTEXT_ID = 50256  # <|endoftext|>'s id in OpenAI's vocabulary; a vocabulary of its own has its own (encoder.eot)
-LAYER_NORM_EPS = 1e-5  # GPT-2's; a Hugging Face config may set another: hparams["layer_norm_epsilon"]
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)  # a Python float: see below
 GELU_CUBIC = 0.044715  # the weight of x³ in GELU's tanh approximation (Hendrycks & Gimpel, 2016)
 
@@ -41,7 +47,7 @@ GELU_CUBIC = 0.044715  # the weight of x³ in GELU's tanh approximation (Hendryc
 # 1. Building blocks
 # ============================================================================
 # Constants are Python floats: a NumPy float64 scalar, such as np.sqrt(2 / np.pi),
-# would silently turn every float32 array it touches into float64 (several times slower).
+# would silently turn every float32 array it touches into float64.
 
 def no_hook(name, x):
     """The default hook: every activation goes on unchanged (see the top of the file)."""
@@ -56,9 +62,8 @@ def gelu(x):
 def gelu_fast(x):
     """gelu(x), for the hot path. Since 0.5 (1 + tanh y) = 1 / (1 + exp(-2y)), GELU is also
     x / (1 + exp(-2y)),  y = x (a + b x²),  a = √(2/π), b = 0.044715 a:
-    one exp where gelu has a tanh (NumPy's float32 tanh costs about twice its exp), computed in one
-    new array updated in place (x is not changed): on a long prompt every temporary is another
-    trip to main memory (docs/performance.md has the times). A test holds it equal to gelu."""
+    one exp where gelu has a tanh (the dearer of the two), computed in one new array updated
+    in place (x is not changed): on a long prompt every temporary is another trip to main memory."""
     y = x * x
     y *= -2.0 * GELU_CUBIC * SQRT_2_OVER_PI
     y -= 2.0 * SQRT_2_OVER_PI
@@ -206,13 +211,19 @@ def mha(x, c_attn, c_proj, n_head, kv=None, hook=no_hook):
 # 3. The model
 # ============================================================================
 
-def transformer_block(x, ln_1, attn, ln_2, mlp, n_head, kv=None, hook=no_hook, eps=LAYER_NORM_EPS):
+def layer_norm_eps(hparams):
+    """The layer norms' eps: a Hugging Face config may set its own (layer_norm_epsilon); GPT-2's is 1e-5."""
+    return hparams.get("layer_norm_epsilon", LAYER_NORM_EPS)
+
+
+def transformer_block(x, ln_1, attn, ln_2, mlp, hparams, kv=None, hook=no_hook):
     """Pre-LN residual block: x + mha(ln_1(x)), then x + ffn(ln_2(x)).   [B, T, C] -> [B, T, C]
-    It passes "resid_pre", "ln_1", "resid_mid", "ln_2", "resid_post" through hook, and hook on to mha and ffn.
-    eps: the layer norms' (hparams' layer_norm_epsilon, where a config sets one)."""
+    It passes "resid_pre", "ln_1", "resid_mid", "ln_2", "resid_post" through hook, and hook on to mha and
+    ffn. hparams give the heads (n_head) and the layer norms' eps."""
+    eps = layer_norm_eps(hparams)
     x = hook("resid_pre", x)
-    x = hook("resid_mid", x + mha(hook("ln_1", layer_norm(x, **ln_1, eps=eps)), **attn, n_head=n_head, kv=kv,
-                                  hook=hook))
+    x = hook("resid_mid", x + mha(hook("ln_1", layer_norm(x, **ln_1, eps=eps)), **attn, n_head=hparams["n_head"],
+                                  kv=kv, hook=hook))
     return hook("resid_post", x + ffn(hook("ln_2", layer_norm(x, **ln_2, eps=eps)), **mlp, hook=hook))
 
 
@@ -221,66 +232,31 @@ def block_hook(hook, i):
     return no_hook if hook is no_hook else lambda name, x: hook(f"h{i}.{name}", x)
 
 
-def gpt2_hidden(ids, params, n_head, kv_cache=None, last_only=False, hook=no_hook, eps=LAYER_NORM_EPS):
+def gpt2_hidden(ids, params, hparams, kv_cache=None, last_only=False, hook=no_hook):
     """The model up to its output layer: embeddings, blocks, ln_f.   ids [B, T] -> [B, T, C]
-    gpt2() below adds the output layer; training (backward.py) writes the logits into a buffer of its own.
-    The ids are checked where they come in (gpt2, generate, loss_and_grads), not here."""
+    (the last position only, [B, 1, C], with last_only). ids are checked ones (checked_ids)."""
     start = kv_cache[0]["n"] if kv_cache else 0
     x = hook("wte", params["wte"][ids]) + hook("wpe", params["wpe"][start:start + ids.shape[1]])  # [B, T, C]
     for i, (block, kv) in enumerate(zip(params["blocks"], kv_cache or [None] * len(params["blocks"]))):
-        x = transformer_block(x, **block, n_head=n_head, kv=kv, hook=block_hook(hook, i), eps=eps)
-    return hook("ln_f", layer_norm(x[:, -1:] if last_only else x, **params["ln_f"], eps=eps))
+        x = transformer_block(x, **block, hparams=hparams, kv=kv, hook=block_hook(hook, i))
+    return hook("ln_f", layer_norm(x[:, -1:] if last_only else x, **params["ln_f"], eps=layer_norm_eps(hparams)))
 
 
-def gpt2(ids, params, n_head, kv_cache=None, last_only=False, hook=no_hook, eps=LAYER_NORM_EPS):
+def gpt2(ids, params, hparams, kv_cache=None, last_only=False, hook=no_hook):
     """Token ids -> next-token logits at each position.
     wte[ids] + wpe[positions] -> blocks -> ln_f -> x @ wteᵀ
     ids [B, T] -> logits [B, T, V]; only the last position with last_only. One sequence, ids [T],
     is taken as a batch of one and gives [T, V]. With a kv_cache, ids are the positions after those
-    already cached. eps: the layer norms' (layer_norm_eps(hparams))."""
+    already cached."""
     ids = checked_ids(ids, params, kv_cache[0]["n"] if kv_cache else 0)
     if ids.ndim == 1:  # one sequence: the caller's shorthand, as a batch of one
-        return gpt2(ids[None], params, n_head, kv_cache, last_only, hook, eps)[0]
-    x = gpt2_hidden(ids, params, n_head, kv_cache, last_only, hook, eps)  # [B, T, C]
+        return gpt2(ids[None], params, hparams, kv_cache, last_only, hook)[0]
+    x = gpt2_hidden(ids, params, hparams, kv_cache, last_only, hook)  # [B, T, C]
     return x @ params["wte"].T  # [B, T, V]: the output layer is the embedding, transposed
 
 
-def layer_norm_eps(hparams):
-    """The layer norms' eps: a Hugging Face config may set its own (layer_norm_epsilon); GPT-2's is 1e-5."""
-    return hparams.get("layer_norm_epsilon", LAYER_NORM_EPS)
-
-
-def checked_ids(ids, params, start=0):
-    """ids as an integer array [B, T] or [T], each a token of the vocabulary, fitting the context
-    after `start` positions: clear errors for what NumPy would get wrong quietly (negative ids wrap)."""
-    check_not_text(ids)
-    ids = np.asarray(ids)
-    if ids.ndim not in (1, 2):
-        raise UserError(f"token ids must be [B, T] (or one sequence, [T]), got shape {ids.shape}")
-    check_ids(ids, params["wte"].shape[0], start + ids.shape[-1], params["wpe"].shape[0])
-    return ids
-
-
-def check_not_text(ids):
-    """The model reads token ids; text given by mistake gets a TypeError saying how to make them."""
-    if isinstance(ids, (str, bytes)) or (isinstance(ids, np.ndarray) and ids.dtype.kind in "SU"):
-        raise TypeError("the model takes token ids, not text: ids = encoder.encode(text), with the encoder "
-                        "from plumbing.loading.load_model(...) or bpe.get_encoder(folder)")
-
-
-def check_ids(ids, n_vocab, end, n_ctx):
-    """Clear errors for what NumPy would get wrong quietly (negative ids wrap around)."""
-    if ids.size and not np.issubdtype(ids.dtype, np.integer):
-        raise TypeError(f"token ids must be integers, got {ids.dtype}")
-    if ids.size and (ids.min() < 0 or ids.max() >= n_vocab):
-        bad = ids[(ids < 0) | (ids >= n_vocab)].flat[0]
-        raise UserError(f"token id {bad} is outside 0..{n_vocab - 1}")
-    if end > n_ctx:
-        raise UserError(f"{end} positions do not fit the model's context of {n_ctx}")
-
-
 # ============================================================================
-# 4. Generation and scoring
+# 4. Generation
 # ============================================================================
 
 def top_k_filter(logits, k):
@@ -324,25 +300,8 @@ def sample_next(logits, rng, temperature=1.0, top_k=None, top_p=1.0):
     return np.minimum((cdf <= u).sum(axis=-1), cdf.shape[-1] - 1)
 
 
-def check_sampling(n_tokens, temperature, top_k, top_p, n_samples):
-    """Clear errors for sampling settings that make no sense; each names its argument."""
-    def whole(value, least):
-        return isinstance(value, (int, np.integer)) and value >= least
-
-    if not whole(n_tokens, 0):
-        raise UserError(f"must be a whole number >= 0, got {n_tokens!r}", arg="n_tokens")
-    if not (temperature >= 0 and math.isfinite(temperature)):
-        raise UserError(f"must be >= 0 (0 means greedy), got {temperature!r}", arg="temperature")
-    if top_k is not None and not whole(top_k, 1):
-        raise UserError(f"must be a whole number >= 1, got {top_k!r}", arg="top_k")
-    if not 0 < top_p <= 1:
-        raise UserError(f"must be in (0, 1], got {top_p!r}", arg="top_p")
-    if not whole(n_samples, 1):
-        raise UserError(f"must be a whole number >= 1, got {n_samples!r}", arg="n_samples")
-
-
 def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top_p=1.0, seed=None,
-             n_samples=1, stop=None, hook=no_hook, watch=None, draft=None, draft_tokens=4, draft_counts=None):
+             n_samples=1, stop=None, hook=no_hook, watch=None):
     """Check the request now, then return the steps: a generator that yields the next token of
     every sample, one step at a time, as arrays [n_samples].
 
@@ -352,38 +311,17 @@ def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top
     produced it keeps yielding it; the loop ends when all have. An empty prompt starts
     from `stop`, as OpenAI's unconditional sampler starts from <|endoftext|>.
     hook: see the top of the file; watch(logits [n_samples, V]) sees each step's logits.
-    draft: speculative decoding (speculative_steps, below): "lookup", or a second model with the same
-    vocabulary as (params, hparams); it proposes draft_tokens tokens a pass. The tokens come from the
-    same distribution (at temperature 0: the same ids), more of them a pass; one sample only.
-    draft_counts, a dict, if given, counts the draft's tokens: "proposed" and "accepted".
     Every argument is checked here, at the call: a mistake raises before any step is taken."""
-    check_not_text(ids)
     check_sampling(n_tokens, temperature, top_k, top_p, n_samples)
-    ids = list(ids)
-    if not ids and stop is None:
-        raise UserError("an empty prompt starts from the stop token, <|endoftext|>: give its id as stop "
-                        "(encoder.eot), or a prompt")
-    ids = ids or [stop]
-    if len(ids) + n_tokens > hparams["n_ctx"]:
-        raise UserError(f"the prompt's {len(ids)} tokens plus {n_tokens} new ones exceed "
-                        f"the context of {hparams['n_ctx']} tokens")
-    prompt = checked_ids(ids, params)
-    if prompt.ndim != 1:
-        raise UserError(f"the prompt must be one sequence of ids [T], got shape {prompt.shape}")
+    prompt = checked_prompt(ids, params, hparams, n_tokens, stop)  # [T]
     rng, sampling = np.random.default_rng(seed), dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    if draft is not None:
-        check_draft(draft, draft_tokens, params, n_samples, len(ids) + n_tokens)
-        return speculative_steps(prompt.tolist(), params, hparams, n_tokens, rng, sampling, stop, hook, watch,
-                                 draft, draft_tokens, draft_counts if draft_counts is not None else {})
-    batch = np.tile(prompt.astype(np.int64, copy=False), (n_samples, 1))  # [B, T]
-    return generate_steps(batch, params, hparams, n_tokens, rng, sampling, stop, hook, watch)
+    return generate_steps(np.tile(prompt, (n_samples, 1)), params, hparams, n_tokens, rng, sampling, stop, hook, watch)
 
 
 def generate_steps(batch, params, hparams, n_tokens, rng, sampling, stop, hook, watch):
     """generate's loop, on a checked prompt batch [B, T]: prefill, then one token a step."""
-    n_head, eps = hparams["n_head"], layer_norm_eps(hparams)
     kv_cache = new_kv_cache(hparams, len(batch), batch.shape[1] + n_tokens)
-    logits = gpt2(batch, params, n_head, kv_cache, last_only=True, hook=hook, eps=eps)[:, -1]  # [B, V]
+    logits = gpt2(batch, params, hparams, kv_cache, last_only=True, hook=hook)[:, -1]  # [B, V]
     done = np.zeros(len(batch), dtype=bool)
     for step in range(n_tokens):
         if watch:
@@ -393,170 +331,12 @@ def generate_steps(batch, params, hparams, n_tokens, rng, sampling, stop, hook, 
         done |= next_ids == stop
         if done.all() or step == n_tokens - 1:
             return
-        logits = gpt2(next_ids[:, None], params, n_head, kv_cache, last_only=True, hook=hook, eps=eps)[:, -1]
+        logits = gpt2(next_ids[:, None], params, hparams, kv_cache, last_only=True, hook=hook)[:, -1]
 
 
-# ----------------------------------------------------------------------------
-# Speculative decoding: several tokens a pass over the weights, sampled exactly
-# ----------------------------------------------------------------------------
-# Decoding one token streams every weight from memory for a single row of products; a pass that
-# reads k + 1 positions streams them once too. So a cheap draft guesses k tokens, the model reads
-# them all in one pass, and each guess it would have made itself is kept (Leviathan et al., 2023;
-# Chen et al., 2023). The test below keeps the model's distribution exactly, whatever the draft.
-# docs/speculative.md tells the story, and when it pays.
-
-def token_probs(logits, temperature=1.0, top_k=None, top_p=1.0):
-    """The distribution sample_next draws from, as probabilities: sampling_probs, or at temperature 0
-    (greedy) all of it on the argmax.   [B, V] -> [B, V]"""
-    if temperature == 0:
-        probs = np.zeros(logits.shape, np.float32)
-        np.put_along_axis(probs, logits.argmax(axis=-1)[:, None], 1.0, axis=-1)
-        return probs
-    return sampling_probs(logits, temperature, top_k, top_p)
-
-
-def draw(probs, rng):
-    """A draw from each row of probabilities, by sample_next itself: at temperature 1, on their logs,
-    it draws from softmax(log p) = p.   [B, V] -> [B]"""
-    with np.errstate(divide="ignore"):  # log 0 = -inf: a token that cannot be drawn
-        return sample_next(np.log(probs), rng)
-
-
-def acceptance_probability(p_x, q_x):
-    """min(1, p(x) / q(x)): how often a token x that the draft drew with probability q(x) stands, where
-    the model gives it p(x). (Written so that q(x) = 0, which a draw never gives, is no division by 0.)"""
-    return 1.0 if p_x >= q_x else p_x / q_x
-
-
-def residual(p, q):
-    """What to draw from once a drafted token falls: max(0, p - q), normalised.   [V], [V] -> [V]
-    The kept tokens gave each x min(p(x), q(x)) of its probability; this gives the rest, p(x) - that
-    (the proof: docs/speculative.md). It is all zeros only where p = q, where no token falls; should
-    rounding make one fall there, p itself is the right distribution."""
-    r = np.maximum(p - q, 0.0)
-    total = r.sum()
-    return r / total if total > 0 else p
-
-
-def verify(drafted, p, q, rng):
-    """One round's test: keep the draft's tokens while they pass, then add one token of the model's.
-    drafted [k] ids, q [k, V] the distributions the draft drew them from, p [k + 1, V] the model's at
-    the same positions and one more (after the last drafted token). -> the new ids, 1 to k + 1 of them.
-    Token i stands with probability acceptance_probability(p_i(x), q_i(x)); at the first that falls, a
-    draw from residual(p_i, q_i) takes its place and the round ends; if all stand, a draw from p_k
-    follows. So each new token has the model's own distribution. At temperature 0, p and q are all on
-    their argmax: a drafted token stands if it is the model's argmax, and the model's argmax follows."""
-    for i, x in enumerate(drafted):
-        if rng.random() >= acceptance_probability(p[i, x], q[i, x]):
-            return drafted[:i] + [int(draw(residual(p[i], q[i])[None], rng)[0])]
-    return drafted + [int(draw(p[-1:], rng)[0])]
-
-
-LOOKUP_NGRAMS = range(3, 0, -1)  # prompt lookup matches the text's last 3 tokens, else its last 2, else its last 1
-
-
-def lookup_draft(seq, k, n_vocab):
-    """Prompt lookup (Saxena, 2023): the draft is what followed the first earlier occurrence of the
-    text's last n tokens, for the longest n in LOOKUP_NGRAMS that occurred before (the first, as Saxena's
-    code and Hugging Face's take it: in a loop, the most recent would be too close to the end to have k
-    tokens after it). No model: it pays where the text repeats itself (code, quotes, names, a loop).
-    seq: the ids so far.
-    -> (up to k ids, q [k, V]: each a point mass, since nothing else could have been drafted)"""
-    text = np.asarray(seq)
-    drafted = []
-    for n in LOOKUP_NGRAMS:
-        if len(text) > n:
-            earlier = np.lib.stride_tricks.sliding_window_view(text[:-1], n)  # every n-gram with a token after it
-            found = np.flatnonzero((earlier == text[-n:]).all(axis=-1))
-            if found.size:
-                drafted = text[found[0] + n:found[0] + n + k].tolist()
-                break
-    q = np.zeros((len(drafted), n_vocab), np.float32)
-    q[np.arange(len(drafted)), drafted] = 1.0
-    return drafted, q
-
-
-def model_draft(seq, draft, draft_cache, k, sampling, rng):
-    """A draft model's k tokens, one pass each through its own cache, each drawn from its own
-    token_probs under the same sampling settings. seq: the ids so far; the draft first reads those it
-    has not read yet (the prompt, at the start; later one, or two after a round that kept every token).
-    -> (k ids, q [k, V]: the distribution each was drawn from)"""
-    params, hparams = draft
-    drafted, q = [], []
-    new = seq[draft_cache[0]["n"]:]
-    for _ in range(k):
-        logits = gpt2(np.array([new]), params, hparams["n_head"], draft_cache, last_only=True,
-                      eps=layer_norm_eps(hparams))[:, -1]  # [1, V]
-        probs = token_probs(logits, **sampling)  # [1, V]
-        new = [int(draw(probs, rng)[0])]
-        drafted += new
-        q.append(probs[0])
-    return drafted, np.array(q, np.float32).reshape(k, params["wte"].shape[0])
-
-
-def rewind(kv_cache, n):
-    """Forget every cached position from n on (kv["n"] is how many are filled): the next kv_append
-    writes over a rejected draft's keys and values, which nothing reads again."""
-    for kv in kv_cache:
-        kv["n"] = min(kv["n"], n)
-
-
-def check_draft_settings(draft_tokens, n_samples):
-    """Clear errors for speculative settings that make no sense; each names its argument."""
-    if not (isinstance(draft_tokens, (int, np.integer)) and draft_tokens >= 1):
-        raise UserError(f"must be a whole number >= 1, got {draft_tokens!r}", arg="draft_tokens")
-    if n_samples != 1:
-        raise UserError("must be 1 with a draft: speculative decoding runs one sample", arg="n_samples")
-
-
-def check_draft(draft, draft_tokens, params, n_samples, end):
-    """Clear errors for a draft that cannot draft for this model (end: the prompt and the new tokens)."""
-    check_draft_settings(draft_tokens, n_samples)
-    if isinstance(draft, str):
-        if draft != "lookup":
-            raise UserError(f"a draft is 'lookup' or a model's (params, hparams), got {draft!r}")
-        return
-    draft_params, draft_hparams = draft
-    if draft_params["wte"].shape[0] != params["wte"].shape[0]:
-        raise UserError(f"the draft's vocabulary has {draft_params['wte'].shape[0]:,} ids, the model's "
-                        f"{params['wte'].shape[0]:,}: a draft must share the model's vocabulary")
-    if end > draft_hparams["n_ctx"]:
-        raise UserError(f"the prompt and the new tokens, {end} in all, exceed the draft's context of "
-                        f"{draft_hparams['n_ctx']} tokens")
-
-
-def speculative_steps(seq, params, hparams, n_tokens, rng, sampling, stop, hook, watch, draft, k, counts):
-    """generate's loop with a draft, for one sample, yielding one token a step as generate_steps does.
-    Each round: the draft proposes up to k tokens (lookup_draft or model_draft); the model reads the
-    last token and them, k + 1 positions, in one pass; verify keeps the tokens that stand and adds one
-    of the model's; both caches forget the positions of the tokens that fell. The model's cache holds
-    every token but the last, which each round's pass reads first."""
-    n_head, eps, n_vocab = hparams["n_head"], layer_norm_eps(hparams), params["wte"].shape[0]
-    end = len(seq) + n_tokens
-    kv_cache = new_kv_cache(hparams, 1, end)
-    if len(seq) > 1:  # the prompt but its last token, which the first round's pass reads with the draft's
-        gpt2(np.array([seq[:-1]]), params, n_head, kv_cache, last_only=True, hook=hook, eps=eps)
-    draft_cache = None if draft == "lookup" else new_kv_cache(draft[1], 1, end)
-    counts.update(proposed=0, accepted=0)
-    while len(seq) < end:
-        room = min(k, end - len(seq) - 1)  # a round adds up to k + 1 tokens, and no more than are asked for
-        drafted, q = lookup_draft(seq, room, n_vocab) if draft == "lookup" else \
-            model_draft(seq, draft, draft_cache, room, sampling, rng)
-        logits = gpt2(np.array([seq[-1:] + drafted]), params, n_head, kv_cache, hook=hook, eps=eps)[0]  # [k + 1, V]
-        new = verify(drafted, token_probs(logits, **sampling), q, rng)
-        counts["proposed"] += len(drafted)
-        counts["accepted"] += len(new) - 1
-        for i, token in enumerate(new):
-            if watch:
-                watch(logits[i:i + 1])
-            yield np.array([token])
-            if token == stop:
-                return
-        seq = seq + new
-        rewind(kv_cache, len(seq) - 1)
-        if draft_cache is not None:
-            rewind(draft_cache, len(seq) - 1)
-
+# ============================================================================
+# 5. Scoring
+# ============================================================================
 
 def log_softmax(x):
     """log softmax(x), over the last axis, without forming tiny probabilities first."""
@@ -584,10 +364,82 @@ def score(ids, params, hparams):
     if ids.ndim != 1 or len(ids) < 2:
         raise UserError("scoring needs at least 2 tokens: the first one is only context")
     check_ids(ids, params["wte"].shape[0], len(ids) - 1, params["wpe"].shape[0])  # the last token is only predicted
-    logits = gpt2(ids[None, :-1], params, hparams["n_head"], eps=layer_norm_eps(hparams))[0]  # [T-1, V]
+    logits = gpt2(ids[None, :-1], params, hparams)[0]  # [T-1, V]
     logprobs = token_logprobs(logits, ids[1:])  # [T-1]
     loss = float(-logprobs.mean())  # next_token_loss(logits, ids[1:]), without computing the logprobs again
     return logprobs, loss, math.exp(loss)
+
+
+# ============================================================================
+# 6. The checks at the door
+# ============================================================================
+# What comes in from outside (ids, settings) is checked where it comes in, with an error that
+# names the mistake; inside, the functions above trust what they are given.
+
+def checked_ids(ids, params, start=0):
+    """ids as an integer array [B, T] or [T], each a token of the vocabulary, fitting the context
+    after `start` positions."""
+    check_not_text(ids)
+    ids = np.asarray(ids)
+    if ids.ndim not in (1, 2):
+        raise UserError(f"token ids must be [B, T] (or one sequence, [T]), got shape {ids.shape}")
+    check_ids(ids, params["wte"].shape[0], start + ids.shape[-1], params["wpe"].shape[0])
+    return ids
+
+
+def check_not_text(ids):
+    """The model reads token ids; text given by mistake gets a TypeError saying how to make them."""
+    if isinstance(ids, (str, bytes)) or (isinstance(ids, np.ndarray) and ids.dtype.kind in "SU"):
+        raise TypeError("the model takes token ids, not text: ids = encoder.encode(text), with the encoder "
+                        "from interface.loading.load_model(...) or bpe.get_encoder(folder)")
+
+
+def check_ids(ids, n_vocab, end, n_ctx):
+    """Clear errors for what NumPy would get wrong quietly (negative ids wrap around)."""
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"token ids must be integers, got {ids.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= n_vocab):
+        bad = ids[(ids < 0) | (ids >= n_vocab)].flat[0]
+        raise UserError(f"token id {bad} is outside 0..{n_vocab - 1}")
+    if end > n_ctx:
+        raise UserError(f"{end} positions do not fit the model's context of {n_ctx}")
+
+
+def checked_prompt(ids, params, hparams, n_tokens, stop):
+    """A prompt to generate from, as ids [T]: one sequence that fits the context with n_tokens more;
+    an empty one is `stop` alone (<|endoftext|>), which must then be given."""
+    check_not_text(ids)
+    ids = list(ids)
+    if not ids and stop is None:
+        raise UserError("an empty prompt starts from the stop token, <|endoftext|>: give its id as stop "
+                        "(encoder.eot), or a prompt")
+    ids = ids or [stop]
+    if len(ids) + n_tokens > hparams["n_ctx"]:
+        raise UserError(f"the prompt's {plural(len(ids), 'token')} plus {n_tokens} new ones exceed "
+                        f"the context of {hparams['n_ctx']} tokens")
+    prompt = checked_ids(ids, params)
+    if prompt.ndim != 1:
+        raise UserError(f"the prompt must be one sequence of ids [T], got shape {prompt.shape}")
+    return prompt.astype(np.int64, copy=False)
+
+
+def is_whole_number(value, least):
+    """An int (Python's or NumPy's, never a bool or a float) of at least `least`."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= least
+
+
+def check_sampling(n_tokens, temperature, top_k, top_p, n_samples):
+    """Clear errors for sampling settings that make no sense; each names its argument."""
+    if not is_whole_number(n_tokens, 0):
+        raise UserError(f"must be a whole number >= 0, got {n_tokens!r}", arg="n_tokens")
+    if not (temperature >= 0 and math.isfinite(temperature)):
+        raise UserError(f"must be >= 0 (0 means greedy), got {temperature!r}", arg="temperature")
+    if top_k is not None and not is_whole_number(top_k, 1):
+        raise UserError(f"must be a whole number >= 1, got {top_k!r}", arg="top_k")
+    if not 0 < top_p <= 1:
+        raise UserError(f"must be in (0, 1], got {top_p!r}", arg="top_p")
+    if not is_whole_number(n_samples, 1):
+        raise UserError(f"must be a whole number >= 1, got {n_samples!r}", arg="n_samples")
 
 
 if __name__ == "__main__":

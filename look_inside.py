@@ -117,7 +117,7 @@ def run_with_cache(ids, params, hparams, names=None, memory=None):
             cache[tl] = shown(name, x)
         return x
 
-    return gpt2(ids, params, hparams["n_head"], hook=record, eps=layer_norm_eps(hparams)), cache
+    return gpt2(ids, params, hparams, hook=record), cache
 
 
 def model_hook(hooks):
@@ -145,7 +145,7 @@ def run_with_hooks(ids, params, hparams, hooks):
     For ablation (fn returns zeros, or a mean) and patching (fn returns another run's activation)."""
     ids = np.atleast_2d(np.asarray(ids))
     check_names(hooks, activation_shapes(hparams, *ids.shape))
-    return gpt2(ids, params, hparams["n_head"], hook=model_hook(hooks), eps=layer_norm_eps(hparams))
+    return gpt2(ids, params, hparams, hook=model_hook(hooks))
 
 
 def trace(ids, params, hparams, blocks=None):

@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from backward import IGNORE, loss_and_grads
-from gpt2_numpy import LAYER_NORM_EPS, generate, gpt2, layer_norm_eps, next_token_loss
+from gpt2_numpy import generate, gpt2, next_token_loss
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate
 import parameters
 from plumbing import peft_adapter, shapes
@@ -295,19 +295,18 @@ def accumulate(total, grads):
     return total
 
 
-def train_step(params, n_head, state, train_ids, step, *, steps, batch_size, context, accum, lr, min_lr_ratio,
-               warmup, weight_decay, grad_clip, dropout, seed, beta2=0.999, buffers=None, eps=LAYER_NORM_EPS,
-               adapters=None):
+def train_step(params, hparams, state, train_ids, step, *, steps, batch_size, context, accum, lr, min_lr_ratio,
+               warmup, weight_decay, grad_clip, dropout, seed, beta2=0.999, buffers=None, adapters=None):
     """One step: the gradients of `accum` micro-batches, clipping, AdamW. -> the mean loss.
     The batches and the dropout depend on the seed and the step only, so a resumed run is the
     same run. buffers: a dict whose big arrays are made once and reused (backward.loss_and_grads);
-    eps: the layer norms' (layer_norm_eps(hparams)). adapters: a LoRA run's (inside params' layers,
+    adapters: a LoRA run's (inside params' layers,
     with_adapters), the only tensors trained; None: every parameter is."""
     rng = np.random.default_rng([seed, step])
     total, loss = None, 0.0
     for _ in range(accum):
         x, y = training_batch(train_ids, batch_size, context, rng)
-        micro, grads = loss_and_grads(x, y, params, n_head, dropout, rng, buffers, eps, frozen=adapters is not None)
+        micro, grads = loss_and_grads(x, y, params, hparams, dropout, rng, buffers, frozen=adapters is not None)
         total = grads if accum == 1 else accumulate(total, grads)
         loss += micro / accum
     if accum > 1:
@@ -331,7 +330,7 @@ def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, v
     recipe: train_step's settings; vocab_dir: the folder whose tokenizer files each save copies; config:
     the run's flags, saved with it; lora: a LoRA run's {"adapters", "alpha", "targets", "base"} (params
     hold the adapters, with_adapters), for train_step and save. -> 0, or 130 after Ctrl-C."""
-    steps, n_head, first, eps = recipe["steps"], hparams["n_head"], state["step"], layer_norm_eps(hparams)
+    steps, first = recipe["steps"], state["step"]
     start_ids = [] if encoder.eot is not None else train_ids[:1].tolist()  # a sample starts after <|endoftext|>
     tokens = recipe["batch_size"] * recipe["accum"] * recipe["context"]  # a step's
     bar, buffers = progress(steps, "step", initial=first, quiet=quiet), {}  # buffers: a step's big arrays, made once
@@ -339,12 +338,12 @@ def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, v
         for step in range(first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
             start = time.perf_counter()
             with ctrl_c_waits():  # a save after Ctrl-C holds whole steps, so --resume is the same run
-                loss = train_step(params, n_head, state, train_ids, step - 1, buffers=buffers, eps=eps,
+                loss = train_step(params, hparams, state, train_ids, step - 1, buffers=buffers,
                                   adapters=lora and lora["adapters"], **recipe)
             bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
             bar.update(1)
             if step % eval_every == 0 or step == steps:
-                bar.write(report(step, loss, params, n_head, val_ids, recipe["context"], eps))
+                bar.write(report(step, loss, params, hparams, val_ids, recipe["context"]))
             if step % sample_every == 0:
                 bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
             if step % save_every == 0 or step == steps:
@@ -361,11 +360,11 @@ def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, v
     return 0
 
 
-def report(step, loss, params, n_head, val_ids, context, eps=LAYER_NORM_EPS):
+def report(step, loss, params, hparams, val_ids, context):
     """`step 50: train loss 3.2104, validation loss 3.4511` (no validation part when nothing is held out)."""
     text = f"step {step}: train loss {loss:.4f}"
     if len(val_ids):
-        text += f", validation loss {validation_loss(params, n_head, val_ids, context, eps=eps):.4f}"
+        text += f", validation loss {validation_loss(params, hparams, val_ids, context):.4f}"
     return text
 
 
@@ -378,13 +377,13 @@ def sample(params, hparams, encoder, seed, start_ids=(), n_tokens=30):
     return encoder.decode(ids.tolist())
 
 
-def validation_loss(params, n_head, val_ids, context, batches=4, batch_size=4, eps=LAYER_NORM_EPS):
+def validation_loss(params, hparams, val_ids, context, batches=4, batch_size=4):
     """The loss on held-out windows (or examples, over their responses): the forward pass only."""
     rng = np.random.default_rng(0)  # the same windows every time, so the numbers compare
     losses = []
     for _ in range(batches):
         x, y = training_batch(val_ids, batch_size, context, rng)
-        logits = gpt2(x, params, n_head, eps=eps)
+        logits = gpt2(x, params, hparams)
         if (y == IGNORE).any():
             logits, y = logits[y != IGNORE], y[y != IGNORE]
         losses.append(next_token_loss(logits, y))

@@ -48,7 +48,7 @@ def model_runs(args, hp, params, ids):
         g = m["gpt2_numpy"]
         cache = g.new_kv_cache(hp, 1, args.tokens)
         t = time.perf_counter()
-        g.gpt2(ids, params, hp["n_head"], cache, last_only=True)
+        g.gpt2(ids, params, hp, cache, last_only=True)
         return time.perf_counter() - t
 
     def decode(m, n=32):
@@ -77,7 +77,7 @@ def step_run(args, m, hp, params, train_ids):
 
     def run(_):
         t = time.perf_counter()
-        train.train_step(params, hp["n_head"], state, train_ids, step[0], buffers=buffers, **recipe)
+        train.train_step(params, hp, state, train_ids, step[0], buffers=buffers, **recipe)
         step[0] += 1
         return time.perf_counter() - t
 

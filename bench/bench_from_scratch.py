@@ -74,7 +74,7 @@ def ours(vocab_size, steps, seed=0):
 
     def val_loss():
         rng = np.random.default_rng(1)
-        return float(np.mean([next_token_loss(gpt2(x, params, hp["n_head"]), y) for x, y in
+        return float(np.mean([next_token_loss(gpt2(x, params, hp), y) for x, y in
                               (train.batch(val_ids, 12, RECIPE["context"], rng) for _ in range(EVAL_BATCHES))]))
 
     recipe = dict(RECIPE, steps=steps, seed=seed)
@@ -82,7 +82,7 @@ def ours(vocab_size, steps, seed=0):
     start = time.perf_counter()
     for step in range(steps):
         t = time.perf_counter()
-        train.train_step(params, hp["n_head"], state, train_ids, step, buffers=buffers, **recipe)
+        train.train_step(params, hp, state, train_ids, step, buffers=buffers, **recipe)
         times.append(time.perf_counter() - t)
         if (step + 1) % EVAL_EVERY == 0 or step + 1 == steps:
             curve.append((step + 1, val_loss()))

@@ -56,7 +56,7 @@ def speed(args):
         for kind in (("lora", "full") if step % 2 else ("full", "lora")):
             params, state, trained = runs[kind]
             t = time.perf_counter()
-            train.train_step(params, hp["n_head"], state, tokens, step, buffers=buffers[kind], adapters=trained,
+            train.train_step(params, hp, state, tokens, step, buffers=buffers[kind], adapters=trained,
                              **recipe)
             times[kind].append(time.perf_counter() - t)
     later = {kind: t[1:] or t for kind, t in times.items()}

@@ -53,7 +53,7 @@ if WHICH in ("ours", "baseline"):
     def prefill(ids):
         cache = g.new_kv_cache(hp, 1, len(ids))
         t = time.perf_counter()
-        g.gpt2(ids[None], params, hp["n_head"], cache, last_only=True)
+        g.gpt2(ids[None], params, hp, cache, last_only=True)
         return time.perf_counter() - t
 else:
     import torch, transformers

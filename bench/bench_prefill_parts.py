@@ -62,7 +62,7 @@ def main():
     whole = []
     for _ in range(args.repeats):
         t = time.perf_counter()
-        g.gpt2(ids, params, hp["n_head"], last_only=True)
+        g.gpt2(ids, params, hp, last_only=True)
         whole.append(time.perf_counter() - t)
     print(f"{args.tokens}-token prefill, {hp['n_layer']} blocks, medians of {args.repeats}")
     for stage in passes[0]:

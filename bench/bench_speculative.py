@@ -89,6 +89,7 @@ def ours(args, prompt, model, draft, repeat, results):
     results: {(row, temperature): {"seconds": [...], "ids": [...], "proposed", "accepted"}}.
     Round 0 warms up (the page cache, BLAS's buffers) and is not counted."""
     import gpt2_numpy as g
+    import speculative
 
     params, hparams = model
     drafts = {"plain": None, "--draft": draft, "--draft lookup": "lookup"}
@@ -96,9 +97,11 @@ def ours(args, prompt, model, draft, repeat, results):
         for row, d in drafts.items():
             counts = {}
             start = time.perf_counter()
-            ids = [int(s[0]) for s in g.generate(prompt, params, hparams, args.n_tokens, temperature, seed=repeat,
-                                                 stop=None, draft=d, draft_tokens=args.draft_tokens,
-                                                 draft_counts=counts)]
+            steps = g.generate(prompt, params, hparams, args.n_tokens, temperature, seed=repeat, stop=None) \
+                if d is None else speculative.generate_with_draft(prompt, params, hparams, d, args.draft_tokens,
+                                                                  args.n_tokens, temperature, seed=repeat,
+                                                                  counts=counts)
+            ids = [int(s[0]) for s in steps]
             seconds = time.perf_counter() - start
             r = results.setdefault((row, temperature), {"seconds": [], "proposed": 0, "accepted": 0})
             if repeat:
@@ -118,17 +121,18 @@ def pass_costs(model, draft, prompt, k, rounds=30):
     import numpy as np
 
     import gpt2_numpy as g
+    import speculative
 
     def one_pass(params, hparams, kv, n):
-        g.rewind(kv, len(prompt))
+        speculative.rewind(kv, len(prompt))
         start = time.perf_counter()
-        g.gpt2(np.zeros((1, n), int), params, hparams["n_head"], kv, last_only=n == 1, eps=g.layer_norm_eps(hparams))
+        g.gpt2(np.zeros((1, n), int), params, hparams, kv, last_only=n == 1)
         return time.perf_counter() - start
 
     caches = []
     for params, hparams in (model, draft):
         kv = g.new_kv_cache(hparams, 1, len(prompt) + k + 1)
-        g.gpt2(np.array([prompt]), params, hparams["n_head"], kv, last_only=True, eps=g.layer_norm_eps(hparams))
+        g.gpt2(np.array([prompt]), params, hparams, kv, last_only=True)
         caches.append(kv)
     times = {n: [] for n in ["draft", *range(1, k + 2)]}
     for _ in range(rounds + 1):  # the first warms up

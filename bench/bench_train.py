@@ -74,7 +74,7 @@ def numpy_step(args):
     for step in range(args.steps):
         times["AdamW"].append(0.0)
         t = time.perf_counter()
-        train.train_step(params, hp["n_head"], state, tokens, step, buffers=buffers, **recipe)
+        train.train_step(params, hp, state, tokens, step, buffers=buffers, **recipe)
         times["forward and backward"].append(time.perf_counter() - t - times["AdamW"][-1])
     return medians(times)
 

@@ -26,6 +26,11 @@ class UserError(ValueError):
         super().__init__(f"{arg} {message}" if arg else f"{path}: {message}" if path else message)
 
 
+def plural(n, word):
+    """'1 token', '2 tokens': a count in a message, as a reader says it."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def fail(message):
     """Report a user's mistake on the command line: one line on stderr, exit status 2."""
     print(f"error: {message}", file=sys.stderr)

@@ -24,9 +24,10 @@ import bpe
 import gpt2_numpy as g
 import look_inside
 import parameters
+import speculative
 from plumbing import loading, shapes
 from plumbing.checkpoint import load_checkpoint
-from plumbing.errors import UserError, exit_status, fail, given_flags
+from plumbing.errors import UserError, exit_status, fail, given_flags, plural
 
 # The Python API's argument names, as the command line spells them.
 FLAGS = {"n_tokens": "--n-tokens", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
@@ -180,8 +181,10 @@ def generate_flags(p):
 
 def check_draft_flags(args):
     """--draft's settings, checked before any model loads."""
+    if args.n_samples != 1:
+        fail("--n-samples must be 1 with a draft: speculative decoding runs one sample")
     try:
-        g.check_draft_settings(args.draft_tokens, args.n_samples)
+        speculative.check_draft_tokens(args.draft_tokens)
     except UserError as e:
         fail(user_message(e))
 
@@ -196,10 +199,6 @@ def load_draft(args, encoder, hparams):
         raise UserError(f"--draft {args.draft} has another vocabulary than --model {args.model}: a draft must "
                         "share the model's tokens")
     return draft_params, draft_hparams
-
-
-def plural(n, word):
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def start_ids(args, encoder):
@@ -219,19 +218,28 @@ def run_generate(args, encoder, hparams, params):
     draft = None if args.draft is None else load_draft(args, encoder, hparams)
     draft_counts = {"proposed": 0, "accepted": 0}  # filled in as the draft's tokens are judged
     start = time.perf_counter()
-    samples, alternatives, first_token_time = sample_and_stream(args, encoder, hparams, params, prompt_ids, stop,
-                                                                draft, draft_counts)
+    samples, alternatives, first_time, first_burst = sample_and_stream(args, encoder, hparams, params, prompt_ids,
+                                                                       stop, draft, draft_counts)
     elapsed = time.perf_counter() - start
     finish = ["endoftext" if s and s[-1] == stop else "length" for s in samples]
     samples = [s[:-1] if f == "endoftext" else s for s, f in zip(samples, finish)]
     print_samples(args, encoder, prompt_ids, samples, finish, alternatives, draft_counts)
     n = sum(len(s) for s in samples)
     if not args.quiet and n:
-        after_first = elapsed - (first_token_time - start)
-        accepted = f", {acceptance_rate(draft_counts):.0%} of the draft's tokens accepted" if draft else ""
-        print(f"[{plural(n, 'token')} in {elapsed:.2f} s: prompt of {plural(len(prompt_ids), 'token')} and first "
-              f"token in {first_token_time - start:.2f} s, then {(n - args.n_samples) / max(after_first, 1e-9):.1f} "
-              f"tokens/s{accepted}]", file=sys.stderr)
+        print(speed_line(n, len(prompt_ids), first_time - start, elapsed, min(first_burst, n),
+                         acceptance_rate(draft_counts) if draft else None), file=sys.stderr)
+
+
+def speed_line(n, n_prompt, first, elapsed, first_burst, accepted=None):
+    """[n tokens in s: prompt and first token(s) in s, then r tokens/s]. first_burst: the tokens that came
+    with the first (a sample each; with a draft, the first round's), counted with it, not in the rate."""
+    line = (f"[{plural(n, 'token')} in {elapsed:.2f} s: prompt of {plural(n_prompt, 'token')} and first "
+            f"{plural(first_burst, 'token') if first_burst > 1 else 'token'} in {first:.2f} s")
+    if n > first_burst:
+        line += f", then {(n - first_burst) / max(elapsed - first, 1e-9):.1f} tokens/s"
+    if accepted is not None:
+        line += f", {accepted:.0%} of the draft's tokens accepted"
+    return line + "]"
 
 
 def acceptance_rate(draft_counts):
@@ -241,25 +249,33 @@ def acceptance_rate(draft_counts):
 
 def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop, draft=None, draft_counts=None):
     """Generate, writing one sample's text as it comes. -> (the samples' ids, up to and with the stop
-    token; per step, per sample, the --top alternatives with --json; when the first token came)"""
+    token; per step, per sample, the --top alternatives with --json; when the first token came; how
+    many tokens came with it: one a sample, or with a draft the first round's)"""
     alternatives = []  # per step, per sample: the top --top tokens of the distribution sampled from
 
     def watch(logits):
         probs = g.sampling_probs(logits, args.temperature or 1.0, args.top_k, args.top_p)
         alternatives.append([top_entries(encoder, row, args.top) for row in probs])
 
-    steps = g.generate(prompt_ids, params, hparams, args.n_tokens, args.temperature, args.top_k, args.top_p,
-                       args.seed, args.n_samples, stop, watch=watch if args.json and args.top else None,
-                       draft=draft, draft_tokens=args.draft_tokens, draft_counts=draft_counts)
+    watching = watch if args.json and args.top else None
+    if draft is None:
+        steps = g.generate(prompt_ids, params, hparams, args.n_tokens, args.temperature, args.top_k, args.top_p,
+                           args.seed, args.n_samples, stop, watch=watching)
+    else:
+        steps = speculative.generate_with_draft(prompt_ids, params, hparams, draft, args.draft_tokens, args.n_tokens,
+                                                args.temperature, args.top_k, args.top_p, args.seed, stop,
+                                                watch=watching, counts=draft_counts)
     stream = args.n_samples == 1 and not args.json
     if stream:  # generate has checked the settings: nothing was printed before a mistake
         print(args.prompt, end="", flush=True)
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
     samples = [[] for _ in range(args.n_samples)]
-    first_token_time = None
+    first_token_time, first_burst = None, args.n_samples
     for next_ids in steps:
         if first_token_time is None:
             first_token_time = time.perf_counter()
+            if draft is not None:  # the first round's tokens come at once: the one judged, and those kept
+                first_burst = draft_counts["accepted"] + 1
         for sample, token in zip(samples, next_ids.tolist()):
             if not sample or sample[-1] != stop:
                 sample.append(token)
@@ -270,7 +286,7 @@ def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop, draft=No
         first_token_time = time.perf_counter()
     if stream:
         print(utf8.decode(b"", final=True))
-    return samples, alternatives, first_token_time
+    return samples, alternatives, first_token_time, first_burst
 
 
 def print_samples(args, encoder, prompt_ids, samples, finish, alternatives, draft_counts=None):
@@ -391,7 +407,7 @@ def top_entries(encoder, probs, k):
 
 def run_top(args, encoder, hparams, params):
     ids = start_ids(args, encoder)
-    logits = g.gpt2(ids, params, hparams["n_head"], last_only=True, eps=g.layer_norm_eps(hparams))[-1]
+    logits = g.gpt2(ids, params, hparams, last_only=True)[-1]
     top, probs, logprobs = look_inside.next_token_table(logits, args.top)
     print(f"after {plural(len(ids), 'token')}, ...{quoted_token(encoder, ids[-1])}:")
     print(f"{'rank':>4}  {'token':<20}{'id':>7}{'prob':>10}{'log p':>10}")

@@ -11,6 +11,8 @@ a weight; the checkpoint stores it as [1, n_in, n_out], see checkpoint.py).
 
 N_VOCAB = 50257  # all four sizes share one vocabulary: 256 bytes + 50,000 merges + <|endoftext|>
 N_CTX = 1024  # and one context length
+ENDOFTEXT_ID = 50256  # <|endoftext|>, the vocabulary's last id (a vocabulary of its own has its own: encoder.eot)
+LAYER_NORM_EPS = 1e-5  # every layer norm's eps (a Hugging Face config may set another: layer_norm_epsilon)
 SIZES = {  # the four released models: their hparams.json
     "124M": {"n_vocab": N_VOCAB, "n_ctx": N_CTX, "n_embd": 768, "n_head": 12, "n_layer": 12},
     "355M": {"n_vocab": N_VOCAB, "n_ctx": N_CTX, "n_embd": 1024, "n_head": 16, "n_layer": 24},

@@ -135,17 +135,18 @@ def block_params(seed, C=6, F=24):
             "mlp": {"c_fc": layer(C, F, seed + 8), "c_proj": layer(F, C, seed + 10)}}
 
 
-def kept_of(x, block, n_head):
+def kept_of(x, block, hparams):
     kept = {}
-    y = g.transformer_block(x, **block, n_head=n_head, hook=lambda name, a: kept.setdefault(name, a))
+    y = g.transformer_block(x, **block, hparams=hparams, hook=lambda name, a: kept.setdefault(name, a))
     return y, kept
 
 
 def test_ffn_and_transformer_block_backward_by_finite_differences():
     x, dy, block = r64(2, 4, 6, seed=20), r64(2, 4, 6, seed=21), block_params(30)
-    _, kept = kept_of(x, block, 2)
-    dx, grads = backward.transformer_block_backward(kept, **block, n_head=2, dy=dy)
-    f = lambda: (g.transformer_block(x, **block, n_head=2) * dy).sum()  # noqa: E731
+    hp = {"n_head": 2}
+    _, kept = kept_of(x, block, hp)
+    dx, grads = backward.transformer_block_backward(kept, **block, hparams=hp, dy=dy)
+    f = lambda: (g.transformer_block(x, **block, hparams=hp) * dy).sum()  # noqa: E731
     check(dx, f, x, "transformer_block_backward dx")
     for name in ("ln_1/g", "attn/c_attn/w", "attn/c_attn/b", "attn/c_proj/w", "ln_2/b", "mlp/c_fc/w", "mlp/c_proj/b"):
         *path, last = name.split("/")
@@ -160,7 +161,7 @@ def test_ffn_and_transformer_block_backward_by_finite_differences():
 @pytest.mark.parametrize("case", CASES)
 def test_every_gradient_matches_torch(models, case):
     hp, params = models[CASES[case]]
-    loss, grads = backward.loss_and_grads(GOLDEN[f"{case}/ids"], GOLDEN[f"{case}/targets"], params, hp["n_head"])
+    loss, grads = backward.loss_and_grads(GOLDEN[f"{case}/ids"], GOLDEN[f"{case}/targets"], params, hp)
     assert abs(loss - float(GOLDEN[f"{case}/loss"])) <= 1e-5
     flat = shapes.flatten(grads)
     for name, grad in flat.items():
@@ -180,8 +181,8 @@ def test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits(mode
     """Exercise: why two? Without the gather's rows the gradient is only the head's, and wrong."""
     hp, params = models["odd"]
     ids, targets = GOLDEN["odd/ids"], GOLDEN["odd/targets"]
-    _, grads = backward.loss_and_grads(ids, targets, params, hp["n_head"])
-    kept, top = backward.training_forward(ids, params, hp["n_head"])
+    _, grads = backward.loss_and_grads(ids, targets, params, hp)
+    kept, top = backward.training_forward(ids, params, hp)
     probs = g.softmax(top["ln_f"] @ params["wte"].T)
     np.put_along_axis(probs, targets[..., None], np.take_along_axis(probs, targets[..., None], -1) - 1, -1)
     head_only = (probs / ids.size).reshape(-1, 96).T @ g.layer_norm(top["x"], **params["ln_f"]).reshape(-1, 48)
@@ -207,10 +208,10 @@ def test_the_model_with_dropout_by_finite_differences(models):
     ids, targets = GOLDEN["odd/ids"][:, :6], GOLDEN["odd/targets"][:, :6]
 
     def loss():
-        return backward.loss_and_grads(ids, targets, params, hp["n_head"], 0.2, np.random.default_rng(3))[0]
+        return backward.loss_and_grads(ids, targets, params, hp, 0.2, np.random.default_rng(3))[0]
 
-    assert abs(loss() - backward.loss_and_grads(ids, targets, params, hp["n_head"])[0]) > 1e-3  # it drops something
-    _, grads = backward.loss_and_grads(ids, targets, params, hp["n_head"], 0.2, np.random.default_rng(3))
+    assert abs(loss() - backward.loss_and_grads(ids, targets, params, hp)[0]) > 1e-3  # it drops something
+    _, grads = backward.loss_and_grads(ids, targets, params, hp, 0.2, np.random.default_rng(3))
     flat, flat_grads = shapes.flatten(params), shapes.flatten(grads)
     rng = np.random.default_rng(4)
     for name in ("wte", "wpe", "h0/ln_1/g", "h0/attn/c_attn/w", "h1/attn/c_proj/b", "h2/mlp/c_fc/w",
@@ -232,7 +233,7 @@ def test_the_model_with_dropout_by_finite_differences(models):
 
 
 def test_cross_entropy_fast_is_the_plain_loss_and_backward(monkeypatch):
-    monkeypatch.setattr(backward, "ROWS", 4)  # chunks cut short, shared among the cores
+    monkeypatch.setattr(backward, "LOGIT_ROWS", 4)  # chunks cut short, shared among the cores
     rng = np.random.default_rng(5)
     logits = rng.standard_normal((3, 7, 50), dtype=np.float32) * 4
     targets = rng.integers(0, 50, (3, 7))
@@ -248,10 +249,10 @@ def test_reused_buffers_give_the_same_gradients(models):
     hp, params = models["odd"]
     ids, targets = GOLDEN["odd/ids"], GOLDEN["odd/targets"]
     buffers = {}
-    backward.loss_and_grads(ids[::-1], targets[::-1], params, hp["n_head"], buffers=buffers)  # fills the buffers
-    loss, grads = backward.loss_and_grads(ids, targets, params, hp["n_head"], buffers=buffers)
+    backward.loss_and_grads(ids[::-1], targets[::-1], params, hp, buffers=buffers)  # fills the buffers
+    loss, grads = backward.loss_and_grads(ids, targets, params, hp, buffers=buffers)
     assert np.shares_memory(grads["wte"], buffers["dwte"])
-    fresh_loss, fresh = backward.loss_and_grads(ids, targets, params, hp["n_head"])
+    fresh_loss, fresh = backward.loss_and_grads(ids, targets, params, hp)
     assert loss == fresh_loss
     assert all(np.array_equal(a, shapes.flatten(fresh)[k]) for k, a in shapes.flatten(grads).items())
 
@@ -259,7 +260,7 @@ def test_reused_buffers_give_the_same_gradients(models):
 def test_the_training_forward_is_the_model(models):
     hp, params = models["odd"]
     ids = GOLDEN["odd/ids"]
-    kept, top = backward.training_forward(ids, params, hp["n_head"])
-    assert np.abs(top["ln_f"] @ params["wte"].T - g.gpt2(ids, params, hp["n_head"])).max() <= 1e-5
+    kept, top = backward.training_forward(ids, params, hp)
+    assert np.abs(top["ln_f"] @ params["wte"].T - g.gpt2(ids, params, hp)).max() <= 1e-5
     assert sorted(kept[0]) == sorted(backward.KEPT)
     np.testing.assert_array_equal(top["ln_f"], g.layer_norm(top["x"], **params["ln_f"]))

@@ -66,7 +66,7 @@ def read_json(path):
 
 def logits_of(folder, ids):
     encoder, hp, params = load_model(folder)
-    return g.gpt2([ids], params, hp["n_head"], eps=g.layer_norm_eps(hp))[0]
+    return g.gpt2([ids], params, hp)[0]
 
 
 # --- the names: one table, read both ways --------------------------------------------------------

@@ -32,7 +32,7 @@ def tiny():
 
 def logprobs_of(ids, params, hparams):
     """The reference: log p(ids[i] | ids[:i]) for i >= 1, the model run once on the whole sequence."""
-    logits = g.gpt2(np.array(ids[:-1]), params, hparams["n_head"], eps=g.layer_norm_eps(hparams))  # [T-1, V]
+    logits = g.gpt2(np.array(ids[:-1]), params, hparams)  # [T-1, V]
     return g.token_logprobs(logits, np.array(ids[1:])).astype(np.float64)
 
 
@@ -210,7 +210,7 @@ def reference_loglikelihood(context, continuation, encoder, params, hparams):
         whole = [EOT] + encoder.encode(continuation)
         n = len(whole) - 1
     whole = whole[-(hparams["n_ctx"] + 1):]
-    logits = g.gpt2(np.array(whole[:-1]), params, hparams["n_head"], eps=g.layer_norm_eps(hparams))[-n:]
+    logits = g.gpt2(np.array(whole[:-1]), params, hparams)[-n:]
     targets = np.array(whole[-n:])
     return g.token_logprobs(logits, targets).astype(np.float64).sum(), bool((logits.argmax(-1) == targets).all())
 

@@ -69,7 +69,7 @@ def test_logits_and_greedy_ids_match_hugging_face(name):
     hp, params, converted = hf_model.load_hf_folder(os.path.join(HF, name))
     key = golden_of(name)
     ids = GOLDEN[f"{key}/ids"]
-    logits = g.gpt2(ids, params, hp["n_head"], eps=g.layer_norm_eps(hp))  # inner's and sharded's eps is 1e-3
+    logits = g.gpt2(ids, params, hp)  # inner's and sharded's eps is 1e-3
     assert logits.dtype == np.float32
     assert np.abs(logits[:, -1] - GOLDEN[f"{key}/last_logits"]).max() <= 1e-4
     assert np.abs(logits[:, :, :96] - GOLDEN[f"{key}/logits_cols"]).max() <= 1e-4
@@ -240,7 +240,7 @@ def test_hf_sharded_and_a_revision(hub_mirror, tmp_path):
     assert folder.endswith(os.path.join("hf", "test-org", "sharded@v1"))
     assert all(p.startswith("/test-org/sharded/resolve/v1/") for p, _ in hub_mirror.requests)
     hp, params, converted = hf_model.load_hf_folder(folder)
-    logits = g.gpt2(GOLDEN["sharded/ids"], params, hp["n_head"], eps=g.layer_norm_eps(hp))
+    logits = g.gpt2(GOLDEN["sharded/ids"], params, hp)
     assert np.abs(logits[:, -1] - GOLDEN["sharded/last_logits"]).max() <= 1e-4
 
 

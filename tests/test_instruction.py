@@ -103,7 +103,7 @@ def test_the_masked_positions_get_exactly_zero_gradient_through_the_head():
 def test_the_fast_masked_loss_is_the_plain_one_and_the_reference(monkeypatch):
     """cross_entropy_fast with IGNORE targets (a whole chunk of rows among them) against cross_entropy and
     cross_entropy_backward, and the loss against the mean over the counted positions, in float64."""
-    monkeypatch.setattr(backward, "ROWS", 4)  # chunks cut short, shared among the cores
+    monkeypatch.setattr(backward, "LOGIT_ROWS", 4)  # chunks cut short, shared among the cores
     logits = rand(3, 7, 50, seed=4, scale=4.0)
     targets = masked_targets((3, 7), 50)
     counted = targets != IGNORE
@@ -134,12 +134,12 @@ def test_the_loss_is_the_mean_over_the_response_tokens_alone(models, encoder):
         prompt, response = examples[i]
         n = len(encoder.encode(prompt))
         ids = encoder.encode(prompt) + encoder.encode(response) + [encoder.eot]
-        logp = log_softmax_64(gpt2(np.array(ids[:-1]), params, hp["n_head"]))
+        logp = log_softmax_64(gpt2(np.array(ids[:-1]), params, hp))
         losses += [-logp[t - 1, ids[t]] for t in range(n, len(ids))]  # each response token from the one before it
-    loss, _ = backward.loss_and_grads(x, y, params, hp["n_head"])
+    loss, _ = backward.loss_and_grads(x, y, params, hp)
     assert loss == pytest.approx(np.mean(losses), rel=1e-5)
-    assert backward.cross_entropy(gpt2(x, params, hp["n_head"]), y)[0] == pytest.approx(np.mean(losses), rel=1e-5)
-    assert train.validation_loss(params, hp["n_head"], rows, 64, batches=1, batch_size=4) > 0
+    assert backward.cross_entropy(gpt2(x, params, hp), y)[0] == pytest.approx(np.mean(losses), rel=1e-5)
+    assert train.validation_loss(params, hp, rows, 64, batches=1, batch_size=4) > 0
 
 
 # --- a model learns a mapping ------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_a_tiny_model_learns_to_reverse_words_it_never_saw():
     params = init_params(hp, 0)
     state, buffers = optimizer.new_adamw_state(params), {}
     for step in range(REVERSE_RECIPE["steps"]):
-        train.train_step(params, hp["n_head"], state, rows, step, buffers=buffers, **REVERSE_RECIPE)
+        train.train_step(params, hp, state, rows, step, buffers=buffers, **REVERSE_RECIPE)
     right = [w for w in unseen if np.concatenate(list(generate(BYTES.encode(f"{w}>"), params, hp, 6, top_k=1,
                                                                stop=BYTES.eot))).tolist()
              == BYTES.encode(w[::-1]) + [BYTES.eot]]
@@ -235,7 +235,7 @@ def test_the_masked_loss_and_every_gradient_match_torchs_ignore_index(models):
     hp, params = models["odd"]
     targets = golden["masked/targets"]
     assert (targets == IGNORE).sum() == 9
-    loss, grads = backward.loss_and_grads(golden["masked/ids"], targets, params, hp["n_head"])
+    loss, grads = backward.loss_and_grads(golden["masked/ids"], targets, params, hp)
     assert abs(loss - float(golden["masked/loss"])) <= 1e-5
     for name, grad in shapes.flatten(grads).items():
         want = golden[f"masked/{name}"] if name != "wte" else golden["masked/wte/grad_rows"]

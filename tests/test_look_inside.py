@@ -38,7 +38,7 @@ def test_the_cache_holds_transformer_lens_names_in_order_with_their_shapes(model
     assert {n: a.shape for n, a in cache.items()} == li.activation_shapes(hp, B, T)
     assert cache["blocks.0.attn.hook_q"].shape == (B, T, H, C // H)
     assert cache["blocks.2.attn.hook_pattern"].shape == (B, H, T, T)
-    np.testing.assert_array_equal(logits, g.gpt2(ids, params, hp["n_head"]))
+    np.testing.assert_array_equal(logits, g.gpt2(ids, params, hp))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -104,7 +104,7 @@ def test_a_hook_that_returns_its_input_changes_nothing(models, T):
     ids = np.random.default_rng(T).integers(0, 96, (2, T))
     every = {name: (lambda x, name: x) for name in li.activation_shapes(hp, 2, T)}
     none = {name: (lambda x, name: None) for name in every}
-    plain = g.gpt2(ids, params, hp["n_head"])
+    plain = g.gpt2(ids, params, hp)
     assert np.array_equal(li.run_with_hooks(ids, params, hp, every), plain)
     assert np.array_equal(li.run_with_hooks(ids, params, hp, none), plain)
 
@@ -116,7 +116,7 @@ def test_a_hook_past_one_attention_block_still_changes_nothing_beyond_rounding(m
     long = {**params, "wpe": np.random.default_rng(2).standard_normal((200, 48)).astype(np.float32)}
     hp = {**hp, "n_ctx": 200}
     ids = np.random.default_rng(1).integers(0, 96, (1, 150))
-    plain = g.gpt2(ids, long, hp["n_head"])
+    plain = g.gpt2(ids, long, hp)
     hooked = li.run_with_hooks(ids, long, hp, {"blocks.0.hook_resid_pre": lambda x, name: x})
     assert np.abs(hooked - plain).max() <= 1e-5
 
@@ -131,8 +131,8 @@ def test_zero_ablating_every_head_of_a_layer_removes_its_attention(models):
     without["blocks"][1]["attn"] = {"c_attn": params["blocks"][1]["attn"]["c_attn"],
                                     "c_proj": {"w": np.zeros_like(params["blocks"][1]["attn"]["c_proj"]["w"]),
                                                "b": params["blocks"][1]["attn"]["c_proj"]["b"]}}
-    np.testing.assert_allclose(ablated, g.gpt2(ids, without, hp["n_head"]), rtol=1e-6, atol=1e-6)
-    assert np.abs(ablated - g.gpt2(ids, params, hp["n_head"])).max() > 1e-2
+    np.testing.assert_allclose(ablated, g.gpt2(ids, without, hp), rtol=1e-6, atol=1e-6)
+    assert np.abs(ablated - g.gpt2(ids, params, hp)).max() > 1e-2
 
 
 def test_ablating_one_head_changes_only_its_share_of_the_attention_output(models):
@@ -221,7 +221,7 @@ def test_the_last_layers_lens_is_the_models_prediction(models):
     hp, params = models["odd"]
     ids = [[4, 8, 15, 16, 23, 42]]
     lens = li.logit_lens(ids, params, hp)
-    logits = g.gpt2(ids, params, hp["n_head"])
+    logits = g.gpt2(ids, params, hp)
     np.testing.assert_array_equal(lens["top"][-1], logits.argmax(-1))
     np.testing.assert_allclose(lens["top_prob"][-1], g.softmax(logits).max(-1), rtol=1e-6)
     assert np.all(lens["target_rank"][-1] == 0) and np.array_equal(lens["target"], logits.argmax(-1))

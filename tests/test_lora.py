@@ -82,7 +82,7 @@ def test_every_adapter_gradient_matches_torch(models, case):
     hp, params = models[case]
     scale = float(GOLDEN[f"{case}/alpha"]) / int(GOLDEN[f"{case}/rank"])
     lora_params = train.with_adapters(params, golden_adapters(case), scale)
-    loss, grads = backward.loss_and_grads(GOLDEN[f"{case}/ids"], GOLDEN[f"{case}/targets"], lora_params, hp["n_head"],
+    loss, grads = backward.loss_and_grads(GOLDEN[f"{case}/ids"], GOLDEN[f"{case}/targets"], lora_params, hp,
                                           frozen=True)
     assert abs(loss - float(GOLDEN[f"{case}/loss"])) <= 1e-5
     flat = shapes.flatten(grads)
@@ -115,8 +115,8 @@ def test_the_adapters_start_as_peft_starts_them(models, case):
         for drawn in (a, peft_a):
             assert np.abs(drawn).max() <= bound and np.abs(drawn).max() > 0.5 * bound
     ids = GOLDEN[f"{case}/ids"]
-    assert np.array_equal(g.gpt2(ids, train.with_adapters(params, adapters, 2.0), hp["n_head"]),
-                          g.gpt2(ids, params, hp["n_head"]))
+    assert np.array_equal(g.gpt2(ids, train.with_adapters(params, adapters, 2.0), hp),
+                          g.gpt2(ids, params, hp))
     again = shapes.flatten(train.new_adapters(params, rank, layers, seed=0))
     assert all(np.array_equal(again[k], ours[k]) for k in ours)
 
@@ -130,7 +130,7 @@ def test_a_lora_step_trains_the_adapters_alone_and_leaves_the_weights_mapped(mod
     recipe = dict(seed=3, accum=2, batch_size=2, context=8, dropout=0.1, grad_clip=0.5, lr=1e-2, warmup=0, steps=10,
                   min_lr_ratio=0.1, weight_decay=0.1)
     ids = np.random.default_rng(0).integers(0, hp["n_vocab"], 200)
-    train.train_step(lora_params, hp["n_head"], state, ids, 0, buffers={}, adapters=adapters, **recipe)
+    train.train_step(lora_params, hp, state, ids, 0, buffers={}, adapters=adapters, **recipe)
     assert set(state["m"]) == set(before) == {f"h{i}/{p}/lora/{m}" for i in range(3)
                                               for p in ("attn/c_attn", "attn/c_proj", "mlp/c_proj") for m in "AB"}
     assert all(not np.array_equal(a, before[k]) for k, a in shapes.flatten(adapters).items())
@@ -147,7 +147,7 @@ def test_the_merged_model_is_the_base_plus_the_adapter(models):
     lora_params = train.with_adapters(params, adapters, 3.0)
     merged = train.merged(lora_params)
     ids = GOLDEN["odd/ids"]
-    a, b = g.gpt2(ids, merged, hp["n_head"]), g.gpt2(ids, lora_params, hp["n_head"])
+    a, b = g.gpt2(ids, merged, hp), g.gpt2(ids, lora_params, hp)
     assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max()
     w, lora = params["blocks"][1]["attn"]["c_attn"]["w"], adapters["blocks"][1]["attn"]["c_attn"]["lora"]
     assert np.allclose(merged["blocks"][1]["attn"]["c_attn"]["w"], w + 3.0 * lora["A"] @ lora["B"], rtol=0, atol=1e-6)
@@ -193,9 +193,9 @@ def test_a_lora_run_writes_the_merged_model_and_peft_adapter_files(tiny_model, l
     _, base = load_checkpoint(tiny_model)
     assert any(a.any() for name, a in shapes.flatten(adapters).items() if name.endswith("/B")), "nothing was trained"
     ids = np.random.default_rng(1).integers(0, hp["n_vocab"], (2, 12))
-    unmerged = g.gpt2(ids, train.with_adapters(base, adapters, 8 / 4), hp["n_head"])
-    assert np.abs(g.gpt2(ids, merged, hp["n_head"]) - unmerged).max() <= 1e-5 * np.abs(unmerged).max()
-    assert not np.allclose(g.gpt2(ids, base, hp["n_head"]), unmerged, rtol=0, atol=1e-3)
+    unmerged = g.gpt2(ids, train.with_adapters(base, adapters, 8 / 4), hp)
+    assert np.abs(g.gpt2(ids, merged, hp) - unmerged).max() <= 1e-5 * np.abs(unmerged).max()
+    assert not np.allclose(g.gpt2(ids, base, hp), unmerged, rtol=0, atol=1e-3)
     state = np.load(lora_run / train.STATE_FILE)
     assert sorted(state.files) == sorted(["step"] + [f"{mv}/{k}" for k in shapes.flatten(adapters) for mv in "mv"])
 
@@ -335,5 +335,5 @@ def test_peft_loads_the_adapter_and_gives_the_merged_models_logits(lora_run, tmp
     r = subprocess.run([DEV_PYTHON, "-c", PEFT_LOGITS, DATA, str(lora_run), str(tmp_path / "theirs.npy"),
                         str(tmp_path / "ids.npy")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    theirs, ours = np.load(tmp_path / "theirs.npy"), g.gpt2(ids, merged, hp["n_head"])
+    theirs, ours = np.load(tmp_path / "theirs.npy"), g.gpt2(ids, merged, hp)
     assert np.abs(theirs - ours).max() <= 1e-4, np.abs(theirs - ours).max()

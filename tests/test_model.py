@@ -9,6 +9,7 @@ import pytest
 from conftest import DATA, ROOT, checkpoint_dir, rand
 import gpt2_numpy as g
 import look_inside
+from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 
 GOLDEN = np.load(os.path.join(DATA, "hf_golden.npz"))
@@ -39,7 +40,7 @@ def test_every_stage_matches_hugging_face(models, case):
     L = hp["n_layer"]
     for i, block in enumerate(params["blocks"]):
         seen = {}
-        out = g.transformer_block(hidden[i], **block, n_head=hp["n_head"],
+        out = g.transformer_block(hidden[i], **block, hparams=hp,
                                   hook=lambda name, x: seen.setdefault(name, x))
         assert out is not None, "transformer_block returned None: did you forget `return`?"
         assert "attn.weights" in seen, (f"h{i}: no 'attn.weights' came through the hook: transformer_block must pass "
@@ -61,7 +62,7 @@ def test_the_block_passes_each_activation_through_its_hook(models):
     maths that skips a hook call shows no rows for it in --trace, and stops training with a KeyError."""
     hp, params = models["tiny"]
     seen = []
-    out = g.transformer_block(rand(1, 3, hp["n_embd"], seed=50), **params["blocks"][0], n_head=hp["n_head"],
+    out = g.transformer_block(rand(1, 3, hp["n_embd"], seed=50), **params["blocks"][0], hparams=hp,
                               hook=lambda name, x: seen.append(name) or x)
     assert out is not None, "transformer_block returned None: did you forget `return`?"
     missing = {f: [n for n in names if n not in seen] for f, names in BLOCK_HOOKS.items()}
@@ -76,7 +77,7 @@ def test_the_block_passes_each_activation_through_its_hook(models):
 @pytest.mark.parametrize("case", CASES)
 def test_logits_match_hugging_face(models, case):
     hp, params = models[CASES[case]]
-    logits = g.gpt2(GOLDEN[f"{case}/ids"], params, hp["n_head"])
+    logits = g.gpt2(GOLDEN[f"{case}/ids"], params, hp)
     assert logits.dtype == np.float32
     assert np.abs(logits[:, :, GOLDEN[f"{case}/cols"]] - GOLDEN[f"{case}/logits_cols"]).max() <= 1e-4
     assert np.abs(logits[:, -1] - GOLDEN[f"{case}/last_logits"]).max() <= 1e-4
@@ -104,17 +105,17 @@ def test_greedy_continuation_matches_hugging_face(models, case):
 def test_a_1d_input_gives_2d_logits(models):
     hp, params = models["odd"]
     ids = GOLDEN["odd_batch/ids"]
-    one = g.gpt2(ids[1], params, hp["n_head"])
+    one = g.gpt2(ids[1], params, hp)
     assert one.shape == (ids.shape[1], hp["n_vocab"])
-    np.testing.assert_array_equal(one, g.gpt2(ids, params, hp["n_head"])[1])
+    np.testing.assert_array_equal(one, g.gpt2(ids, params, hp)[1])
 
 
 def test_last_only_gives_the_last_position(models):
     hp, params = models["tiny"]
     ids = GOLDEN["tiny_batch/ids"]
-    last = g.gpt2(ids, params, hp["n_head"], last_only=True)
+    last = g.gpt2(ids, params, hp, last_only=True)
     assert last.shape == (2, 1, 50257)
-    np.testing.assert_allclose(last[:, 0], g.gpt2(ids, params, hp["n_head"])[:, -1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(last[:, 0], g.gpt2(ids, params, hp)[:, -1], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["tiny", "odd"])
@@ -122,10 +123,10 @@ def test_kv_cache_gives_the_logits_of_full_recomputation_at_every_step(models, n
     hp, params = models[name]
     ids = np.random.default_rng(3).integers(0, hp["n_vocab"], 20)
     cache = g.new_kv_cache(hp, 1, 20)
-    steps = [g.gpt2(ids[:5], params, hp["n_head"], cache)]  # a 5-token prompt, then one token at a time
-    steps += [g.gpt2(ids[t:t + 1], params, hp["n_head"], cache) for t in range(5, 20)]
+    steps = [g.gpt2(ids[:5], params, hp, cache)]  # a 5-token prompt, then one token at a time
+    steps += [g.gpt2(ids[t:t + 1], params, hp, cache) for t in range(5, 20)]
     incremental = np.concatenate(steps)
-    full = g.gpt2(ids, params, hp["n_head"])
+    full = g.gpt2(ids, params, hp)
     worst = np.abs(incremental - full).max(axis=-1)  # [20]
     assert worst.max() <= 1e-5, (
         f"with the KV cache, the logits first differ from a full recomputation at position {np.argmax(worst > 1e-5)} "
@@ -142,7 +143,7 @@ def test_kv_cache_gives_the_logits_of_full_recomputation_at_every_step(models, n
 def test_bad_ids_are_clear_errors(models, ids, error, message):
     hp, params = models["tiny"]
     with pytest.raises(error, match=message):
-        g.gpt2(ids, params, hp["n_head"])
+        g.gpt2(ids, params, hp)
 
 
 def test_no_float64_anywhere_in_a_forward_pass(models):
@@ -214,8 +215,8 @@ def test_generation_stops_at_the_stop_token(models):
 
 def test_an_empty_prompt_starts_from_endoftext(models):
     hp, params = models["tiny"]
-    first = next(g.generate([], params, hp, 1, temperature=0, stop=g.ENDOFTEXT_ID))
-    assert first[0] == g.gpt2([g.ENDOFTEXT_ID], params, hp["n_head"])[-1].argmax()
+    first = next(g.generate([], params, hp, 1, temperature=0, stop=shapes.ENDOFTEXT_ID))
+    assert first[0] == g.gpt2([shapes.ENDOFTEXT_ID], params, hp)[-1].argmax()
 
 
 def test_a_too_long_request_fails_before_any_work(models):
@@ -288,7 +289,7 @@ def test_a_257_token_vocabulary_stops_at_its_own_endoftext_and_has_no_50256():
     first = next(g.generate([], params, hp, 3, temperature=0, stop=256))  # an empty prompt starts from 256
     assert first.tolist() == [256]
     with pytest.raises(ValueError, match="50256 is outside 0..256"):
-        g.generate([], params, hp, 3, stop=g.ENDOFTEXT_ID)
+        g.generate([], params, hp, 3, stop=shapes.ENDOFTEXT_ID)
 
 
 def test_the_layer_norms_eps_comes_from_hparams_and_gives_hugging_faces_logits():
@@ -301,10 +302,11 @@ def test_the_layer_norms_eps_comes_from_hparams_and_gives_hugging_faces_logits()
     ids, want = golden["inner/ids"], golden["inner/last_logits"]
     assert g.layer_norm_eps(hp) == 1e-3 and all(set(norm) == {"g", "b"} for norm in [params["ln_f"]] + [
         b[n] for b in params["blocks"] for n in ("ln_1", "ln_2")])
-    assert np.abs(g.gpt2(ids, params, hp["n_head"], eps=g.layer_norm_eps(hp))[:, -1] - want).max() <= 1e-4
-    assert np.abs(g.gpt2(ids, params, hp["n_head"])[:, -1] - want).max() > 1e-3  # the default eps is not this model's
+    gpt2s_eps = {k: v for k, v in hp.items() if k != "layer_norm_epsilon"}
+    assert np.abs(g.gpt2(ids, params, hp)[:, -1] - want).max() <= 1e-4
+    assert np.abs(g.gpt2(ids, params, gpt2s_eps)[:, -1] - want).max() > 1e-3  # the default eps is not this model's
     logits = look_inside.run_with_cache(ids, params, hp, names=[])[0]  # the callers that take hparams use it
     assert np.abs(logits[:, -1] - want).max() <= 1e-4
-    loss, _ = backward.loss_and_grads(ids[:, :-1], ids[:, 1:], params, hp["n_head"], eps=g.layer_norm_eps(hp))
+    loss, _ = backward.loss_and_grads(ids[:, :-1], ids[:, 1:], params, hp)
     assert loss == pytest.approx(g.next_token_loss(logits[:, :-1], ids[:, 1:]), rel=1e-5)
     assert g.score(ids[0], params, hp)[1] == pytest.approx(g.next_token_loss(logits[:1, :-1], ids[:1, 1:]), rel=1e-5)

@@ -22,7 +22,7 @@ def test_ten_adamw_steps_give_torchs_losses(models, case, name):
     ids, targets = GOLDEN[f"{case}/ids"], GOLDEN[f"{case}/targets"]
     losses = []
     for _ in range(10):
-        loss, grads = backward.loss_and_grads(ids, targets, params, hp["n_head"])
+        loss, grads = backward.loss_and_grads(ids, targets, params, hp)
         optimizer.clip_grad_norm(grads, 1.0)
         optimizer.adamw_step(params, grads, state, lr=1e-3, weight_decay=0.1)
         losses.append(loss)
@@ -58,7 +58,7 @@ def test_the_fast_adamw_is_the_plain_one(models, monkeypatch):
     a, b = trainable(params), trainable(params)
     sa, sb = optimizer.new_adamw_state(a), optimizer.new_adamw_state(b)
     for step in range(3):
-        _, grads = backward.loss_and_grads(GOLDEN["odd/ids"], GOLDEN["odd/targets"], a, hp["n_head"])
+        _, grads = backward.loss_and_grads(GOLDEN["odd/ids"], GOLDEN["odd/targets"], a, hp)
         optimizer.adamw_step(a, grads, sa, 1e-3, weight_decay=0.1)
         optimizer.adamw_step_fast(b, grads, sb, 1e-3, weight_decay=0.1)
     fa, fb = shapes.flatten(a), shapes.flatten(b)
@@ -75,7 +75,7 @@ def test_clipping_folded_into_the_fast_adamw_is_clip_then_adamw_bit_for_bit(mode
     hp, params = models["odd"]
     a, b = trainable(params), trainable(params)
     sa, sb = optimizer.new_adamw_state(a), optimizer.new_adamw_state(b)
-    _, grads = backward.loss_and_grads(GOLDEN["odd/ids"], GOLDEN["odd/targets"], a, hp["n_head"])
+    _, grads = backward.loss_and_grads(GOLDEN["odd/ids"], GOLDEN["odd/targets"], a, hp)
     scale = optimizer.clip_scale(optimizer.grad_norm(grads), 0.1)
     assert scale < 0.5  # it clips
     optimizer.adamw_step_fast(b, grads, sb, 1e-3, weight_decay=0.1, grad_scale=scale)

@@ -1,4 +1,4 @@
-"""Speculative decoding (gpt2_numpy.py's section 4): exact at greedy, exact in distribution, and the
+"""Speculative decoding (speculative.py): exact at greedy, exact in distribution, and the
 caches it rewinds. The models are the committed real-TensorFlow checkpoints: 'odd' (96 ids) and its
 perturbed copies as drafts, and 'tiny' (GPT-2's 50,257 ids) for the command line."""
 import json
@@ -14,6 +14,7 @@ from conftest import ROOT, VOCAB, model_folder_copy
 import bpe
 import gpt2_numpy as g
 import initialise
+import speculative as spec
 from plumbing.checkpoint import write_checkpoint
 
 PROMPT = [80, 66, 67, 37, 84]  # odd's greedy path from here has 11 different ids in 24, and repeats for lookup
@@ -45,6 +46,11 @@ def tokens(steps):
     return [int(step[0]) for step in steps]
 
 
+def drafted(prompt, params, hp, n_tokens, draft, draft_tokens=4, **kw):
+    """generate_with_draft's steps, with the arguments in generate's order."""
+    return spec.generate_with_draft(prompt, params, hp, draft, draft_tokens, n_tokens, **kw)
+
+
 # --- at greedy: the same ids -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("k", range(1, 7))
@@ -54,8 +60,8 @@ def test_at_greedy_the_ids_are_plain_greedys(odd, k):
     assert len(set(plain)) >= 10  # a path worth comparing: not one id over and over
     for name in ("self", "perturbed", "random", "lookup"):
         counts = {}
-        got = tokens(g.generate(PROMPT, params, hp, 24, temperature=0, draft=odd[name], draft_tokens=k,
-                                draft_counts=counts))
+        got = tokens(drafted(PROMPT, params, hp, 24, temperature=0, draft=odd[name], draft_tokens=k,
+                                counts=counts))
         assert got == plain, (name, k)
         if name == "self":
             assert counts["accepted"] == counts["proposed"] > 0
@@ -71,11 +77,11 @@ def test_greedy_stops_at_the_stop_token_as_plain_greedy_does(odd):
     stop = plain[6]
     want = plain[:plain.index(stop) + 1]
     for name in ("perturbed", "lookup"):
-        assert tokens(g.generate(PROMPT, params, hp, 24, temperature=0, stop=stop, draft=odd[name])) == want
-    assert tokens(g.generate(PROMPT, params, hp, 0, draft=odd["perturbed"])) == []
-    assert tokens(g.generate(PROMPT, params, hp, 1, temperature=0, draft=odd["perturbed"])) == plain[:1]
-    first = next(g.generate([], params, hp, 3, temperature=0, stop=7, draft="lookup"))  # an empty prompt: after stop
-    assert first.tolist() == [int(g.gpt2([7], params, hp["n_head"])[-1].argmax())]
+        assert tokens(drafted(PROMPT, params, hp, 24, temperature=0, stop=stop, draft=odd[name])) == want
+    assert tokens(drafted(PROMPT, params, hp, 0, draft=odd["perturbed"])) == []
+    assert tokens(drafted(PROMPT, params, hp, 1, temperature=0, draft=odd["perturbed"])) == plain[:1]
+    first = next(drafted([], params, hp, 3, temperature=0, stop=7, draft="lookup"))  # an empty prompt: after stop
+    assert first.tolist() == [int(g.gpt2([7], params, hp)[-1].argmax())]
 
 
 # --- the test of a drafted token: exact by enumeration -------------------------------------------
@@ -89,12 +95,12 @@ def random_distribution(rng, v, zeros):
 
 def output_distribution(p, q):
     """The distribution of the token that one drafted position yields, enumerated: the draft draws x
-    from q; x stands with acceptance_probability, else a draw from the residual takes its place."""
+    from q; x stands with acceptance_probability, else a draw from the leftover takes its place."""
     out = np.zeros(len(p))
     for x in np.flatnonzero(q):
-        a = g.acceptance_probability(p[x], q[x])
+        a = spec.acceptance_probability(p[x], q[x])
         out[x] += q[x] * a
-        out += q[x] * (1 - a) * g.residual(p, q)
+        out += q[x] * (1 - a) * spec.leftover(p, q)
     return out
 
 
@@ -103,7 +109,7 @@ def test_a_drafted_token_that_stands_or_is_replaced_has_the_models_distribution_
     one_hot = np.eye(6, dtype=np.float32)
     cases = [(random_distribution(rng, 6, zp), random_distribution(rng, 6, zq)) for zp in (0, 2, 4) for zq in (0, 2, 5)
              for _ in range(20)]
-    cases += [(p, p) for p, _ in cases[:5]]  # a draft that is the model: nothing falls, the residual is never used
+    cases += [(p, p) for p, _ in cases[:5]]  # a draft that is the model: nothing falls, the leftover is never used
     cases += [(random_distribution(rng, 6, 2), one_hot[x]) for x in range(6)]  # lookup: q a point mass
     cases += [(one_hot[a], one_hot[x]) for a in range(6) for x in range(6)]  # greedy: both point masses
     for p, q in cases:
@@ -111,12 +117,12 @@ def test_a_drafted_token_that_stands_or_is_replaced_has_the_models_distribution_
 
 
 def test_the_acceptance_probability_and_the_residual_are_the_formulas():
-    assert g.acceptance_probability(0.2, 0.5) == pytest.approx(0.4)
-    assert g.acceptance_probability(0.5, 0.2) == 1.0
-    assert g.acceptance_probability(0.3, 0.0) == 1.0  # never drawn by the draft; no division by zero
+    assert spec.acceptance_probability(0.2, 0.5) == pytest.approx(0.4)
+    assert spec.acceptance_probability(0.5, 0.2) == 1.0
+    assert spec.acceptance_probability(0.3, 0.0) == 1.0  # never drawn by the draft; no division by zero
     p, q = np.array([0.5, 0.3, 0.2, 0.0], np.float32), np.array([0.2, 0.5, 0.0, 0.3], np.float32)
-    np.testing.assert_allclose(g.residual(p, q), [0.6, 0.0, 0.4, 0.0], atol=1e-7)
-    np.testing.assert_array_equal(g.residual(p, p), p)
+    np.testing.assert_allclose(spec.leftover(p, q), [0.6, 0.0, 0.4, 0.0], atol=1e-7)
+    np.testing.assert_array_equal(spec.leftover(p, p), p)
 
 
 class Draws:
@@ -134,10 +140,10 @@ def test_verify_keeps_a_token_exactly_when_the_draw_is_below_its_acceptance_prob
     p = np.array([[0.1, 0.6, 0.3], [0.5, 0.25, 0.25], [0.0, 0.0, 1.0]], np.float32)
     q = np.array([[0.2, 0.2, 0.6], [0.5, 0.5, 0.0]], np.float32)
     # token 2 at position 0: min(1, 0.3 / 0.6) = 0.5; token 1 at position 1: 0.25 / 0.5 = 0.5
-    assert g.verify([2, 1], p, q, Draws(0.49, 0.49, 0.5)) == [2, 1, 2]  # both stand; then a draw from p[2]
-    assert g.verify([2, 1], p, q, Draws(0.49, 0.5, 0.9)) == [2, 2]  # the second falls: residual [0, 0, 1]
-    assert g.verify([2, 1], p, q, Draws(0.5, 0.2)) == [1]  # the first falls: residual [0, 1, 0]
-    assert g.verify([], p[2:], q[:0], Draws(0.3)) == [2]  # nothing drafted: one token of the model's
+    assert spec.verify([2, 1], p, q, Draws(0.49, 0.49, 0.5)) == [2, 1, 2]  # both stand; then a draw from p[2]
+    assert spec.verify([2, 1], p, q, Draws(0.49, 0.5, 0.9)) == [2, 2]  # the second falls: leftover [0, 0, 1]
+    assert spec.verify([2, 1], p, q, Draws(0.5, 0.2)) == [1]  # the first falls: leftover [0, 1, 0]
+    assert spec.verify([], p[2:], q[:0], Draws(0.3)) == [2]  # nothing drafted: one token of the model's
 
 
 # --- the whole loop, sampling: the model's distribution --------------------------------------------
@@ -160,7 +166,7 @@ def first_tokens_distribution(params, hp, prompt, n, sampling):
     dist = {(): 1.0}
     for _ in range(n):
         dist = {seq + (x,): pr * float(p) for seq, pr in dist.items()
-                for x, p in enumerate(g.token_probs(g.gpt2(prompt + list(seq), params, hp["n_head"])[-1:],
+                for x, p in enumerate(spec.token_probs(g.gpt2(prompt + list(seq), params, hp)[-1:],
                                                     **sampling)[0]) if p > 0}
     return dist
 
@@ -172,15 +178,15 @@ def test_the_first_tokens_have_the_models_distribution(odd, draft, n_runs):
     outcomes under top-k 3, those expected fewer than 5 times pooled into one. With a fixed seed the
     test is deterministic; over seeds its false-alarm rate is the threshold, 1 in 1,000. The draft
     differs from the model (a perturbed copy, or lookup's point masses), so its tokens fall often
-    and the residual is drawn from: only an exact test leaves the frequencies at the model's."""
+    and the leftover is drawn from: only an exact test leaves the frequencies at the model's."""
     params, hp = odd["model"]
     prompt = [42, 68, 62, 8, 68, 68, 8, 68] if draft == "lookup" else PROMPT  # lookup drafts 68 8: p about 1/2 each
     sampling = dict(temperature=1.0, top_k=3)
     want = first_tokens_distribution(params, hp, prompt, 3, sampling)
     seen, counts = {}, {}
     for seed in range(n_runs):
-        got = tuple(tokens(g.generate(prompt, params, hp, 3, seed=seed, draft=odd[draft], draft_tokens=4,
-                                      draft_counts=counts, **sampling)))
+        got = tuple(tokens(drafted(prompt, params, hp, 3, seed=seed, draft=odd[draft], draft_tokens=4,
+                                      counts=counts, **sampling)))
         seen[got] = seen.get(got, 0) + 1
         assert got in want
     expected = {x: n_runs * p for x, p in want.items()}
@@ -201,15 +207,15 @@ def test_a_model_drafting_itself_keeps_every_token_when_sampling(odd):
     """p and q are the same distribution, so min(1, p/q) = 1: the draft's own cache must be right for this."""
     params, hp = odd["model"]
     counts = {}
-    tokens(g.generate(PROMPT, params, hp, 24, seed=3, top_p=0.9, draft=odd["self"], draft_tokens=5,
-                      draft_counts=counts))
+    tokens(drafted(PROMPT, params, hp, 24, seed=3, top_p=0.9, draft=odd["self"], draft_tokens=5,
+                      counts=counts))
     assert counts["proposed"] > 15 and counts["accepted"] == counts["proposed"]
 
 
 def test_the_same_seed_gives_the_same_tokens_with_a_draft(odd):
     params, hp = odd["model"]
     def run(seed, draft):
-        return tokens(g.generate(PROMPT, params, hp, 20, seed=seed, draft=odd[draft]))
+        return tokens(drafted(PROMPT, params, hp, 20, seed=seed, draft=odd[draft]))
 
     for draft in ("perturbed", "lookup"):
         assert run(7, draft) == run(7, draft)
@@ -223,34 +229,34 @@ def test_every_step_draws_from_the_logits_a_fresh_pass_gives(odd):
     (rewind), they must still be those of the whole text read afresh, without a cache."""
     params, hp = odd["model"]
     seen = []
-    got = tokens(g.generate(PROMPT, params, hp, 20, seed=0, draft=odd["random"], watch=seen.append))
+    got = tokens(drafted(PROMPT, params, hp, 20, seed=0, draft=odd["random"], watch=seen.append))
     assert len(seen) == len(got) == 20
     for i, logits in enumerate(seen):
-        fresh = g.gpt2(PROMPT + got[:i], params, hp["n_head"])[-1]
+        fresh = g.gpt2(PROMPT + got[:i], params, hp)[-1]
         np.testing.assert_allclose(logits[0], fresh, atol=1e-5)
 
 
 def test_rewind_forgets_a_rejected_draft(odd):
     params, hp = odd["model"]
     cache = g.new_kv_cache(hp, 1, 20)
-    g.gpt2(np.array([PROMPT]), params, hp["n_head"], cache)
-    g.gpt2(np.array([[1, 2, 3, 4]]), params, hp["n_head"], cache)  # a draft of four that falls
-    g.rewind(cache, len(PROMPT))
+    g.gpt2(np.array([PROMPT]), params, hp, cache)
+    g.gpt2(np.array([[1, 2, 3, 4]]), params, hp, cache)  # a draft of four that falls
+    spec.rewind(cache, len(PROMPT))
     assert all(kv["n"] == len(PROMPT) for kv in cache)
-    after = g.gpt2(np.array([[9]]), params, hp["n_head"], cache)[0, -1]
-    np.testing.assert_allclose(after, g.gpt2(PROMPT + [9], params, hp["n_head"])[-1], atol=1e-5)
-    g.rewind(cache, 50)  # never forward: a rewind past the filled positions changes nothing
+    after = g.gpt2(np.array([[9]]), params, hp, cache)[0, -1]
+    np.testing.assert_allclose(after, g.gpt2(PROMPT + [9], params, hp)[-1], atol=1e-5)
+    spec.rewind(cache, 50)  # never forward: a rewind past the filled positions changes nothing
     assert all(kv["n"] == len(PROMPT) + 1 for kv in cache)
 
 
 def test_lookup_drafts_what_followed_the_longest_earlier_match():
-    draft, q = g.lookup_draft([1, 2, 3, 9, 2, 3, 8, 7, 1, 2, 3], 3, 10)
+    draft, q = spec.lookup_draft([1, 2, 3, 9, 2, 3, 8, 7, 1, 2, 3], 3, 10)
     assert draft == [9, 2, 3]  # "1 2 3" occurred at the start: what followed it
     np.testing.assert_array_equal(q, np.eye(10, dtype=np.float32)[[9, 2, 3]])
-    assert g.lookup_draft([5, 2, 3, 6, 4, 2, 3], 4, 10)[0] == [6, 4, 2, 3]  # "2 3" (no "4 2 3" before)
-    assert g.lookup_draft([5, 6, 7, 5], 4, 10)[0] == [6, 7, 5]  # "5" alone; the draft stops where the text does
-    assert g.lookup_draft([5, 5, 5, 5, 5, 5], 3, 10)[0] == [5, 5, 5]  # the first match, in a loop: k tokens after it
-    draft, q = g.lookup_draft([1, 2, 3], 4, 10)
+    assert spec.lookup_draft([5, 2, 3, 6, 4, 2, 3], 4, 10)[0] == [6, 4, 2, 3]  # "2 3" (no "4 2 3" before)
+    assert spec.lookup_draft([5, 6, 7, 5], 4, 10)[0] == [6, 7, 5]  # "5" alone; the draft stops where the text does
+    assert spec.lookup_draft([5, 5, 5, 5, 5, 5], 3, 10)[0] == [5, 5, 5]  # the first match, in a loop: k tokens after it
+    draft, q = spec.lookup_draft([1, 2, 3], 4, 10)
     assert draft == [] and q.shape == (0, 10)
 
 
@@ -264,7 +270,6 @@ def short_context(draft):
 @pytest.mark.parametrize("kw, message", [
     (dict(draft_tokens=0), "draft_tokens must be a whole number >= 1, got 0"),
     (dict(draft_tokens=2.5), "draft_tokens must be a whole number >= 1, got 2.5"),
-    (dict(n_samples=2), "n_samples must be 1 with a draft"),
     (dict(draft="bogus"), "a draft is 'lookup' or a model's (params, hparams), got 'bogus'"),
     (dict(draft="tiny"), "the draft's vocabulary has 50,257 ids, the model's 96"),
     (dict(draft="short"), "the prompt and the new tokens, 15 in all, exceed the draft's context of 8 tokens"),
@@ -276,7 +281,7 @@ def test_a_draft_that_cannot_draft_is_a_clear_error_at_the_call(models, odd, kw,
     if isinstance(kw["draft"], str):
         kw["draft"] = drafts.get(kw["draft"], kw["draft"])
     with pytest.raises(ValueError) as e:
-        g.generate(PROMPT, params, hp, 10, **kw)  # no next(): the call raises
+        drafted(PROMPT, params, hp, 10, **kw)  # no next(): the call raises
     assert message in str(e.value)
 
 

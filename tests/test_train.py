@@ -32,9 +32,9 @@ def test_a_step_accumulating_two_micro_batches_in_reused_buffers(models):
     ids = np.random.default_rng(0).integers(0, hp["n_vocab"], 200)
     a, b = train.trainable(params), train.trainable(params)
     sa, sb = optimizer.new_adamw_state(a), optimizer.new_adamw_state(b)
-    loss = train.train_step(a, hp["n_head"], sa, ids, 4, buffers={}, **recipe)
+    loss = train.train_step(a, hp, sa, ids, 4, buffers={}, **recipe)
     rng = np.random.default_rng([3, 4])
-    runs = [backward.loss_and_grads(*train.batch(ids, 2, 8, rng), b, hp["n_head"]) for _ in range(2)]
+    runs = [backward.loss_and_grads(*train.batch(ids, 2, 8, rng), b, hp) for _ in range(2)]
     mean = {k: (x + shapes.flatten(runs[1][1])[k]) / 2 for k, x in shapes.flatten(runs[0][1]).items()}
     grads = train.trainable(shapes.nest(mean, hp["n_layer"]))
     optimizer.clip_grad_norm(grads, 0.5)
@@ -48,7 +48,7 @@ def test_a_step_accumulating_two_micro_batches_in_reused_buffers(models):
 def test_accumulation_copies_the_first_micro_batchs_gradients(models):
     hp, params = models["odd"]
     buffers = {}
-    _, grads = backward.loss_and_grads(GOLDEN["odd/ids"], GOLDEN["odd/targets"], params, hp["n_head"], buffers=buffers)
+    _, grads = backward.loss_and_grads(GOLDEN["odd/ids"], GOLDEN["odd/targets"], params, hp, buffers=buffers)
     total = train.accumulate(None, grads)
     assert not np.shares_memory(total["wte"], buffers["dwte"]) and np.array_equal(total["wte"], grads["wte"])
 
@@ -535,19 +535,18 @@ def test_a_step_and_the_validation_use_the_models_layer_norm_eps():
     from plumbing.hf_model import load_hf_folder
 
     hp, params, _ = load_hf_folder(os.path.join(DATA, "hf", "inner"))
-    eps = g.layer_norm_eps(hp)
-    assert eps == 1e-3
+    assert g.layer_norm_eps(hp) == 1e-3
+    gpt2s_eps = {k: v for k, v in hp.items() if k != "layer_norm_epsilon"}
     ids = np.random.default_rng(1).integers(0, hp["n_vocab"], 400)
     recipe = dict(steps=10, batch_size=2, context=8, accum=1, lr=1e-3, min_lr_ratio=0.1, warmup=0, weight_decay=0.1,
                   grad_clip=1.0, dropout=0.0, seed=0)
     x, y = train.batch(ids, 2, 8, np.random.default_rng([0, 0]))  # the step's batch: seeded by (seed, step)
-    want = backward.loss_and_grads(x, y, train.trainable(params), hp["n_head"], eps=eps)[0]
-    got = train.train_step(train.trainable(params), hp["n_head"], optimizer.new_adamw_state(params), ids, 0, eps=eps,
-                           **recipe)
+    want = backward.loss_and_grads(x, y, train.trainable(params), hp)[0]
+    got = train.train_step(train.trainable(params), hp, optimizer.new_adamw_state(params), ids, 0, **recipe)
     assert got == pytest.approx(want, rel=1e-6)
-    assert got != pytest.approx(backward.loss_and_grads(x, y, train.trainable(params), hp["n_head"])[0], rel=1e-6)
-    val = train.validation_loss(params, hp["n_head"], ids, 8, eps=eps)
-    assert val != pytest.approx(train.validation_loss(params, hp["n_head"], ids, 8), rel=1e-6)
+    assert got != pytest.approx(backward.loss_and_grads(x, y, train.trainable(params), gpt2s_eps)[0], rel=1e-6)
+    val = train.validation_loss(params, hp, ids, 8)
+    assert val != pytest.approx(train.validation_loss(params, gpt2s_eps, ids, 8), rel=1e-6)
 
 
 def test_ctrl_c_in_the_middle_of_a_step_saves_that_step_whole(tiny_model, corpus, tmp_path, monkeypatch):

@@ -132,7 +132,7 @@ def what_hugging_face_makes(out, ids, tmp):
 def ours(folder, ids):
     """Our logits [T, V] on the model folder."""
     encoder, hp, params = load_model(folder)
-    return g.gpt2([ids], params, hp["n_head"], eps=g.layer_norm_eps(hp))[0], encoder
+    return g.gpt2([ids], params, hp)[0], encoder
 
 
 def check(name, source, tmp):

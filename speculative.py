@@ -1,0 +1,201 @@
+"""Speculative decoding: several tokens a pass over the weights, sampled exactly.
+
+    python gpt2_numpy.py "prompt" --draft lookup          # the text's own repeats draft
+    python gpt2_numpy.py "prompt" --model 774M --draft 124M   # a smaller model drafts
+
+Decoding one token streams every weight from memory for a single row of products; a pass that
+reads k + 1 positions streams them once too. So a cheap draft guesses k tokens, the model reads
+them all in one pass, and each guess it would have made itself is kept (Leviathan et al., 2023;
+Chen et al., 2023). The test in `verify` keeps the model's distribution exactly, whatever the
+draft: at temperature 0 the text is greedy decoding's, token for token. docs/speculative.md
+tells the story, the proof, and when it pays.
+
+The file reads in the order of one round:
+  1. the distributions   token_probs (what sample_next draws from), draw
+  2. the test            acceptance_probability, leftover, verify
+  3. the drafts          lookup_draft (no model), model_draft (a smaller model)
+  4. the loop            generate_with_draft, rewind, the checks
+"""
+import numpy as np
+
+from gpt2_numpy import (checked_prompt, check_sampling, gpt2, is_whole_number, new_kv_cache, no_hook, sample_next,
+                        sampling_probs)
+from plumbing.errors import UserError
+
+LOOKUP_NGRAMS = range(3, 0, -1)  # prompt lookup matches the text's last 3 tokens, else its last 2, else its last 1
+
+
+# ============================================================================
+# 1. The distributions
+# ============================================================================
+
+def token_probs(logits, temperature=1.0, top_k=None, top_p=1.0):
+    """The distribution sample_next draws from, as probabilities: sampling_probs, or at temperature 0
+    (greedy) all of it on the argmax.   [B, V] -> [B, V]"""
+    if temperature == 0:
+        probs = np.zeros(logits.shape, np.float32)
+        np.put_along_axis(probs, logits.argmax(axis=-1)[:, None], 1.0, axis=-1)
+        return probs
+    return sampling_probs(logits, temperature, top_k, top_p)
+
+
+def draw(probs, rng):
+    """A draw from each row of probabilities, by sample_next itself: at temperature 1, on their logs,
+    it draws from softmax(log p) = p.   [B, V] -> [B]"""
+    with np.errstate(divide="ignore"):  # log 0 = -inf: a token that cannot be drawn
+        return sample_next(np.log(probs), rng)
+
+
+# ============================================================================
+# 2. The test
+# ============================================================================
+
+def acceptance_probability(p_x, q_x):
+    """min(1, p(x) / q(x)): how often a token x that the draft drew with probability q(x) stands, where
+    the model gives it p(x). (Written so that q(x) = 0, which a draw never gives, is no division by 0.)"""
+    return 1.0 if p_x >= q_x else p_x / q_x
+
+
+def leftover(p, q):
+    """What to draw from once a drafted token falls: max(0, p - q), normalised.   [V], [V] -> [V]
+    The kept tokens gave each x min(p(x), q(x)) of its probability; this gives the rest, p(x) - that
+    (the proof: docs/speculative.md). It is all zeros only where p = q, where no token falls; should
+    rounding make one fall there, p itself is the right distribution."""
+    r = np.maximum(p - q, 0.0)
+    total = r.sum()
+    return r / total if total > 0 else p
+
+
+def verify(drafted, p, q, rng):
+    """One round's test: keep the draft's tokens while they pass, then add one token of the model's.
+    drafted [k] ids, q [k, V] the distributions the draft drew them from, p [k + 1, V] the model's at
+    the same positions and one more (after the last drafted token). -> the new ids, 1 to k + 1 of them.
+    Token i stands with probability acceptance_probability(p_i(x), q_i(x)); at the first that falls, a
+    draw from leftover(p_i, q_i) takes its place and the round ends; if all stand, a draw from p_k
+    follows. So each new token has the model's own distribution. At temperature 0, p and q are all on
+    their argmax: a drafted token stands if it is the model's argmax, and the model's argmax follows."""
+    for i, x in enumerate(drafted):
+        if rng.random() >= acceptance_probability(p[i, x], q[i, x]):
+            return drafted[:i] + [int(draw(leftover(p[i], q[i])[None], rng)[0])]
+    return drafted + [int(draw(p[-1:], rng)[0])]
+
+
+# ============================================================================
+# 3. The drafts
+# ============================================================================
+
+def lookup_draft(seq, k, n_vocab):
+    """Prompt lookup (Saxena, 2023): the draft is what followed the first earlier occurrence of the
+    text's last n tokens, for the longest n in LOOKUP_NGRAMS that occurred before (the first, as Saxena's
+    code and Hugging Face's take it: in a loop, the most recent would be too close to the end to have k
+    tokens after it). No model: it pays where the text repeats itself (code, quotes, names, a loop).
+    seq: the ids so far.
+    -> (up to k ids, q [k, V]: each a point mass, since nothing else could have been drafted)"""
+    text = np.asarray(seq)
+    drafted = []
+    for n in LOOKUP_NGRAMS:
+        if len(text) > n:
+            earlier = np.lib.stride_tricks.sliding_window_view(text[:-1], n)  # every n-gram with a token after it
+            found = np.flatnonzero((earlier == text[-n:]).all(axis=-1))
+            if found.size:
+                drafted = text[found[0] + n:found[0] + n + k].tolist()
+                break
+    q = np.zeros((len(drafted), n_vocab), np.float32)
+    q[np.arange(len(drafted)), drafted] = 1.0
+    return drafted, q
+
+
+def model_draft(seq, draft, draft_cache, k, sampling, rng):
+    """A draft model's k tokens, one pass each through its own cache, each drawn from its own
+    token_probs under the same sampling settings. seq: the ids so far; the draft first reads those it
+    has not read yet (the prompt, at the start; later one, or two after a round that kept every token).
+    -> (k ids, q [k, V]: the distribution each was drawn from)"""
+    params, hparams = draft
+    drafted, q = [], []
+    new = seq[draft_cache[0]["n"]:]
+    for _ in range(k):
+        logits = gpt2(np.array([new]), params, hparams, draft_cache, last_only=True)[:, -1]  # [1, V]
+        probs = token_probs(logits, **sampling)  # [1, V]
+        new = [int(draw(probs, rng)[0])]
+        drafted += new
+        q.append(probs[0])
+    return drafted, np.array(q, np.float32).reshape(k, params["wte"].shape[0])
+
+
+# ============================================================================
+# 4. The loop
+# ============================================================================
+
+def generate_with_draft(ids, params, hparams, draft, draft_tokens=4, n_tokens=40, temperature=1.0, top_k=None,
+                        top_p=1.0, seed=None, stop=None, hook=no_hook, watch=None, counts=None):
+    """gpt2_numpy.generate for one sample, with a draft: "lookup", or a second model with the same
+    vocabulary as (params, hparams), which proposes draft_tokens tokens a round. It yields one token
+    a step, as arrays [1], from the same distribution as generate (at temperature 0: the same ids),
+    more of them a pass over the model's weights. counts, a dict, if given, counts the draft's
+    tokens: "proposed" and "accepted". Every argument is checked here, before any step is taken."""
+    check_sampling(n_tokens, temperature, top_k, top_p, 1)
+    check_draft_tokens(draft_tokens)
+    prompt = checked_prompt(ids, params, hparams, n_tokens, stop)
+    check_draft(draft, params, len(prompt) + n_tokens)
+    rng, sampling = np.random.default_rng(seed), dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    return draft_steps(prompt.tolist(), params, hparams, n_tokens, rng, sampling, stop, hook, watch, draft,
+                       draft_tokens, counts if counts is not None else {})
+
+
+def draft_steps(seq, params, hparams, n_tokens, rng, sampling, stop, hook, watch, draft, k, counts):
+    """generate_with_draft's loop. Each round: the draft proposes up to k tokens (lookup_draft or
+    model_draft); the model reads the last token and them, k + 1 positions, in one pass; verify keeps
+    the tokens that stand and adds one of the model's; both caches forget the positions of the tokens
+    that fell. The model's cache holds every token but the last, which each round's pass reads first."""
+    n_vocab, end = params["wte"].shape[0], len(seq) + n_tokens
+    kv_cache = new_kv_cache(hparams, 1, end)
+    if len(seq) > 1:  # the prompt but its last token, which the first round's pass reads with the draft's
+        gpt2(np.array([seq[:-1]]), params, hparams, kv_cache, last_only=True, hook=hook)
+    draft_cache = None if draft == "lookup" else new_kv_cache(draft[1], 1, end)
+    counts.update(proposed=0, accepted=0)
+    while len(seq) < end:
+        room = min(k, end - len(seq) - 1)  # a round adds up to k + 1 tokens, and no more than are asked for
+        drafted, q = lookup_draft(seq, room, n_vocab) if draft == "lookup" else \
+            model_draft(seq, draft, draft_cache, room, sampling, rng)
+        logits = gpt2(np.array([seq[-1:] + drafted]), params, hparams, kv_cache, hook=hook)[0]  # [k + 1, V]
+        new = verify(drafted, token_probs(logits, **sampling), q, rng)
+        counts["proposed"] += len(drafted)
+        counts["accepted"] += len(new) - 1
+        for i, token in enumerate(new):
+            if watch:
+                watch(logits[i:i + 1])
+            yield np.array([token])
+            if token == stop:
+                return
+        seq = seq + new
+        rewind(kv_cache, len(seq) - 1)
+        if draft_cache is not None:
+            rewind(draft_cache, len(seq) - 1)
+
+
+def rewind(kv_cache, n):
+    """Forget every cached position from n on (kv["n"] is how many are filled): the next kv_append
+    writes over a rejected draft's keys and values, which nothing reads again."""
+    for kv in kv_cache:
+        kv["n"] = min(kv["n"], n)
+
+
+def check_draft_tokens(draft_tokens):
+    """A draft proposes at least one token a round."""
+    if not is_whole_number(draft_tokens, 1):
+        raise UserError(f"must be a whole number >= 1, got {draft_tokens!r}", arg="draft_tokens")
+
+
+def check_draft(draft, params, end):
+    """Clear errors for a draft that cannot draft for this model (end: the prompt and the new tokens)."""
+    if isinstance(draft, str):
+        if draft != "lookup":
+            raise UserError(f"a draft is 'lookup' or a model's (params, hparams), got {draft!r}")
+        return
+    draft_params, draft_hparams = draft
+    if draft_params["wte"].shape[0] != params["wte"].shape[0]:
+        raise UserError(f"the draft's vocabulary has {draft_params['wte'].shape[0]:,} ids, the model's "
+                        f"{params['wte'].shape[0]:,}: a draft must share the model's vocabulary")
+    if end > draft_hparams["n_ctx"]:
+        raise UserError(f"the prompt and the new tokens, {end} in all, exceed the draft's context of "
+                        f"{draft_hparams['n_ctx']} tokens")
