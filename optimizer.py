@@ -115,7 +115,7 @@ def adamw_update_fast(p, grad, m, v, tmp, lr, decay, beta1, beta2, eps, correcti
 
 def adamw_step_fast(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
                     grad_scale=1.0):
-    """adamw_step for the hot path (a test holds the two equal): each tensor is cut into chunks
+    """adamw_step for the hot path: each tensor is cut into chunks
     that fit in the cache, so that the update's fourteen operations read memory once instead of
     fourteen times, and the chunks are shared among the cores. grad_scale (clipping's) multiplies
     each chunk of the gradients as it is read, instead of in a pass of its own: clip_grad_norm
