@@ -41,10 +41,9 @@ from plumbing import corpus
 from plumbing.errors import UserError, exit_status, fail
 from plumbing.folders import check_new_folder, whole_folder
 from plumbing.progress import EVERY, progress
+from plumbing.shapes import TOKENIZER_FILES
 
 ENDOFTEXT = "<|endoftext|>"
-# OpenAI's tokenizer files -> Hugging Face's names for them: the same two tables (token -> id, the merges)
-TOKENIZER_FILES = {"encoder.json": "vocab.json", "vocab.bpe": "merges.txt"}
 DEFAULT_VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpt2-vocab")
 
 

@@ -30,11 +30,11 @@ from urllib.parse import urlsplit
 import requests
 from tqdm import tqdm
 
-from bpe import TOKENIZER_FILES
 from plumbing import hf_model, model_files, safetensors_reader, shapes
 from plumbing.checkpoint import DATA_SUFFIX, CheckpointError, checkpoint_prefix, verify_checkpoint
 from plumbing.errors import UserError, exit_status, fail
 from plumbing.model_files import DATA_FILE, MODEL_FILES, BadFile, WebPage
+from plumbing.shapes import TOKENIZER_FILES
 
 try:
     import fcntl  # POSIX file locks

@@ -18,9 +18,9 @@ import re
 
 from download import DownloadError, NotFound, default_models_dir, downloading_into, fetch_file
 from plumbing import model_files
-from bpe import TOKENIZER_FILES
 from plumbing.model_files import BadFile
 from plumbing.safetensors_reader import SafetensorsError, read_header
+from plumbing.shapes import TOKENIZER_FILES
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_ENV = "HF_ENDPOINT"

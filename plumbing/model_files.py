@@ -19,9 +19,9 @@ files again on every run (milliseconds; the data file only by its size and the m
 """
 import hashlib
 import json
+import math
 import os
 
-import parameters
 from plumbing import shapes
 from plumbing.checkpoint import CheckpointError, DATA_SUFFIX, data_size, read_gpt2_index, verify_checkpoint
 
@@ -95,8 +95,13 @@ def check_file(name, path, model, context):
             context["data_size"] = data_size(read_gpt2_index(path, context["hparams"]))
         except CheckpointError as e:
             raise BadFile(e.message) from None
-        if model is not None and context["data_size"] != 4 * parameters.count_parameters(shapes.hparams(model))["total"]:
+        if model is not None and context["data_size"] != 4 * parameter_count(shapes.hparams(model)):
             raise BadFile("its tensors do not add up to 4 bytes for each of the model's parameters")
+
+
+def parameter_count(hp):
+    """The numbers a GPT-2 of these hparams holds: its tensors' shapes, multiplied out and added up."""
+    return sum(math.prod(shape) for shape in shapes.tensor_shapes(hp).values())
 
 
 def check_checkpoint_file(text):
