@@ -15,7 +15,6 @@ folder that heals itself.
 Run `python download.py 124M` to fetch a model, `python download.py --verify 124M`
 to check every tensor's checksum (the command line: interface/download_cli.py).
 """
-import argparse
 import os
 import shlex
 import sys
@@ -23,10 +22,10 @@ import time
 
 from plumbing import hf_model, model_files, safetensors_reader, shapes
 from plumbing.checkpoint import DATA_SUFFIX, CheckpointError, checkpoint_prefix, verify_checkpoint
-from plumbing.errors import UserError, exit_status, fail
-from plumbing.fetching import MODELS_DIR_ENV, BadFile, DownloadError, default_models_dir, downloading_into, fetch_file
+from plumbing.fetching import BadFile, DownloadError, default_models_dir, downloading_into, fetch_file
 from plumbing.model_files import DATA_FILE, MODEL_FILES
 from plumbing.shapes import TOKENIZER_FILES
+from plumbing.weights import check_not_only_an_adapter
 
 MODEL_SIZES = tuple(shapes.SIZES)
 DEFAULT_BASE_URL = "https://openaipublic.blob.core.windows.net/gpt-2/models"
@@ -42,6 +41,7 @@ def model_folder(model, models_dir=None):
     if model in MODEL_SIZES:
         return os.path.join(models_dir or default_models_dir(), model)
     if os.path.isdir(model):
+        check_not_only_an_adapter(model)
         return model
     if os.path.exists(model):
         raise DownloadError("is not a folder: --model takes a model folder (hparams.json and model.ckpt.*, or "
@@ -173,7 +173,7 @@ def tokenizer_files(folder):
 
 
 # ----------------------------------------------------------------------------
-# Command line
+# Checking a model on disk again
 # ----------------------------------------------------------------------------
 
 def verify(model, models_dir, quiet):
@@ -202,34 +202,8 @@ def check_downloaded(model, folder, models_dir):
                             "downloads it")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description="Download a GPT-2 checkpoint from OpenAI (or a mirror), or verify one on disk.",
-        epilog=f"Models go to --models-dir, else ${MODELS_DIR_ENV}, else models/ beside this script. "
-               f"Files are fetched from --base-url, else ${BASE_URL_ENV}, else {DEFAULT_BASE_URL}.")
-    parser.add_argument("model", help=f"one of {', '.join(MODEL_SIZES)}, or a checkpoint folder (with --verify)")
-    parser.add_argument("--models-dir", help="folder that holds one subfolder per model size")
-    parser.add_argument("--base-url", help="where <size>/<file> is fetched from (a mirror)")
-    parser.add_argument("--verify", action="store_true", help="check every tensor's CRC-32C instead of downloading")
-    parser.add_argument("--retries", type=int, default=5, help="tries per file before giving up (default 5)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.error = fail
-    args = parser.parse_args(argv)
-    if args.retries < 1:
-        fail("--retries must be at least 1")
-    return exit_status(lambda: run(args))
-
-
-def run(args):
-    """--verify, or the download."""
-    if args.verify:
-        print(verify(args.model, args.models_dir, args.quiet))
-    elif args.model.startswith("hf:"):  # hub.py downloads on this file's downloader, so not from here
-        raise UserError(f"{args.model} is a Hub model: python gpt2_numpy.py --model {args.model} \"prompt\" "
-                        "downloads it on first use")
-    else:
-        print(download_model(args.model, args.models_dir, args.base_url, args.quiet, tries=args.retries))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.modules.setdefault("download", sys.modules["__main__"])  # download_cli imports this file: run it once
+    from interface import download_cli  # the command line (a size to fetch, or --verify)
+
+    sys.exit(download_cli.main())

@@ -298,6 +298,6 @@ def word_surprisals(lines, encoder, params, hparams, batch_size=8, progress=None
 
 if __name__ == "__main__":
     sys.modules.setdefault("evaluate", sys.modules["__main__"])  # evaluate_cli imports this file: run it once
-    from plumbing import evaluate_cli  # the command line (flags, files, printing, exit codes)
+    from interface import evaluate_cli  # the command line (flags, files, printing, exit codes)
 
     sys.exit(evaluate_cli.main())

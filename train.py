@@ -419,6 +419,6 @@ def load_state(folder, params):
 
 if __name__ == "__main__":
     sys.modules.setdefault("train", sys.modules["__main__"])  # train_cli imports this file: run it once
-    from plumbing import train_cli  # the command line (flags, which model, messages): this file is the training
+    from interface import train_cli  # the command line (flags, which model, messages): this file is the training
 
     sys.exit(train_cli.main())

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import DATA, ROOT, closed_port, model_folder_copy, tiny_mirror
 import gpt2_numpy as g
-from plumbing import gpt2_cli
+from interface import gpt2_cli, options
 
 TURING_TEXT = "Alan Turing theorized that computers would one day become"
 GOLDEN = np.load(os.path.join(DATA, "hf_golden.npz"))
@@ -299,7 +299,7 @@ def test_a_bug_shows_its_traceback_and_is_not_called_a_user_error(tmp_path):
     """A student's typical slip: c_fc and c_proj swapped in ffn. NumPy raises a ValueError
     (shapes do not match); that is a bug, so the CLI must not turn it into 'error: ...' and 2."""
     folder = model_folder_copy("tiny", str(tmp_path / "tiny"))
-    broken = ("import sys, gpt2_numpy\nfrom plumbing import gpt2_cli\n"
+    broken = ("import sys, gpt2_numpy\nfrom interface import gpt2_cli\n"
               "def ffn(x, c_fc, c_proj, hook=gpt2_numpy.no_hook):\n"
               "    return gpt2_numpy.linear(gpt2_numpy.gelu(gpt2_numpy.linear(x, **c_proj)), **c_fc)\n"
               "gpt2_numpy.ffn = ffn\n"
@@ -314,8 +314,8 @@ def test_a_bug_shows_its_traceback_and_is_not_called_a_user_error(tmp_path):
 def test_user_errors_name_flags_from_a_table_not_from_rewritten_text():
     e = g.UserError("must be a whole number >= 1, got 0", arg="top_k")
     assert str(e) == "top_k must be a whole number >= 1, got 0"  # the Python API's name
-    assert gpt2_cli.user_message(e) == "--top-k must be a whole number >= 1, got 0"
-    assert set(gpt2_cli.FLAGS) >= {"n_tokens", "temperature", "top_k", "top_p", "n_samples"}
+    assert options.user_message(e) == "--top-k must be a whole number >= 1, got 0"
+    assert set(options.FLAGS) >= {"n_tokens", "temperature", "top_k", "top_p", "n_samples", "context", "stride"}
 
 
 def test_a_prompt_that_is_not_utf8():
@@ -341,7 +341,7 @@ def test_a_corrupt_checkpoint(site, tmp_path):
 def test_no_network(tmp_path):
     r = run("hi", "--models-dir", str(tmp_path), "--base-url", f"http://127.0.0.1:{closed_port()}")
     assert_one_line_error(r, "could not download")
-    assert not any(f in os.listdir(tmp_path / "124M") for f in ("checkpoint", "hparams.json"))
+    assert os.listdir(tmp_path) == []  # nothing was saved: not a file, not the lock, not 124M/
 
 
 def test_a_full_disk(site, tmp_path):

@@ -24,7 +24,7 @@ import gpt2_numpy as g
 from plumbing import hf_model, shapes
 from plumbing.checkpoint import load_checkpoint, stored_shapes
 from plumbing.errors import UserError
-from plumbing.loading import load_model
+from interface.loading import load_model
 from plumbing.safetensors_reader import load_file
 
 HF = os.path.join(DATA, "hf")

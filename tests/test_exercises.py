@@ -160,7 +160,7 @@ def test_the_readmes_handout_inside_the_project_leaves_its_tests_alone(tmp_path)
 
 PROMPT = "Alan Turing theorized that computers would one day become"
 HEADS = """import numpy as np, look_inside
-from plumbing import loading
+from interface import loading
 encoder, hp, params = loading.load_model("model")
 ids = encoder.encode("the cat sat on the mat, and the cat sat on the mat")
 _, cache = look_inside.run_with_cache([ids], params, hp, names=lambda n: n.endswith("hook_pattern"))
@@ -168,7 +168,7 @@ pattern = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(hp[
 print(look_inside.previous_token_scores(pattern).round(5).tolist(), look_inside.induction_scores(pattern, ids).round(5).tolist())
 """
 ABLATE = """import look_inside
-from plumbing import loading
+from interface import loading
 encoder, hp, params = loading.load_model("model")
 ids = [encoder.encode("the cat sat on the mat, and the dog ran to the park")]
 print(round(look_inside.loss(ids, params, hp), 5), round(look_inside.loss(ids, params, hp, {"blocks.1.attn.hook_z": look_inside.zero_ablate_head(1)}), 5))

@@ -18,7 +18,8 @@ import backward
 from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT
 import optimizer
 import train
-from plumbing import shapes, train_cli
+from interface import train_cli
+from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError
 
@@ -426,7 +427,7 @@ def test_help_names_no_default_of_none_and_one_for_warmup():
     r = run_train("--help")
     assert r.returncode == 0 and "(default: None)" not in r.stdout, r.stdout
     text = " ".join(r.stdout.split())
-    assert "--out OUT the folder to write the trained model to --models-dir" in text
+    assert "--out OUT the folder to write the trained model to --steps" in text
     assert "from scratch, if not given: data/tinyshakespeare.txt" in text
     assert "--warmup WARMUP steps of linear warm-up (default: a tenth of --steps, at most 20) --weight-decay" in text
     assert "(default: 256, or the model's n_ctx if it has fewer positions)" in text
