@@ -12,7 +12,7 @@ from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError
 from plumbing.peft_adapter import ADAPTER_FILE, CONFIG_FILE
 
-CONFIG_FILES = ("hparams.json", "config.json")  # the file that makes a folder a model, in one format or the other
+HPARAMS_FILES = ("hparams.json", "config.json")  # where a model keeps its shape: OpenAI's name, Hugging Face's
 
 
 def load_weights(folder):
@@ -29,7 +29,7 @@ def load_weights(folder):
 def check_not_only_an_adapter(folder):
     """A LoRA adapter alone (PEFT's two files) is a change to a model, not a model: say so, by name."""
     if any(os.path.exists(os.path.join(folder, f)) for f in (CONFIG_FILE, ADAPTER_FILE)) and \
-            not any(os.path.exists(os.path.join(folder, f)) for f in CONFIG_FILES):
+            not any(os.path.exists(os.path.join(folder, f)) for f in HPARAMS_FILES):
         raise UserError(f"holds a LoRA adapter ({CONFIG_FILE}, {ADAPTER_FILE}) but no model: give the folder the "
                         "LoRA run wrote (its merged model beside the adapter), or the adapter's base model",
                         path=folder)
