@@ -7,7 +7,8 @@
 
 Each prints a short table, or with --json one JSON object on stdout, and only when the work is
 done, so an interruption leaves nothing half-written. Exit status: 0 done, 2 a user's mistake
-(one line on stderr), 130 interrupted. Anything else is a bug and shows its traceback.
+(one line on stderr), 130 interrupted (Ctrl-C or SIGTERM). Anything else is a bug and shows
+its traceback.
 """
 import argparse
 import json

@@ -9,7 +9,7 @@
     python gpt2_numpy.py "prompt" --draft lookup   speculative decoding (--draft MODEL: a draft model)
 
 Exit status: 0 done, 2 a user's mistake (one line on stderr, from a UserError), 130
-interrupted. Anything else is a bug and shows its traceback.
+interrupted (Ctrl-C or SIGTERM). Anything else is a bug and shows its traceback.
 """
 import argparse
 import codecs

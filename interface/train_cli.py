@@ -8,7 +8,7 @@
 The flags become train.py's explicit arguments: the model (a released size, a folder,
 hf:owner/name, a new one, or the run saved in --out), the text's ids, the optimizer's state,
 and then train.train, the loop. Exit status: 0 done, 2 a user's mistake (one line on stderr),
-130 interrupted (in the loop, Ctrl-C first saves the steps done).
+130 interrupted (Ctrl-C or SIGTERM: in the loop, it first saves the steps done).
 """
 import argparse
 import os

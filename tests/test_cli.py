@@ -502,8 +502,37 @@ def test_every_command_ends_the_same_way(capsys):
 
     assert exit_status(ctrl_c) == 130 and capsys.readouterr().err == "interrupted\n"  # stderr is no terminal here
 
+    def killed():  # SIGTERM (kill, timeout, a scheduler) ends a command as Ctrl-C does, in other words
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # it arrives here
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert exit_status(killed) == 130 and capsys.readouterr().err == "terminated\n"
+    assert signal.getsignal(signal.SIGTERM) == before  # the command's handler goes with it
+
     def bug():
         raise ValueError("matmul: shapes do not match")
 
     with pytest.raises(ValueError, match="matmul"):  # a bug is not a user's mistake: its traceback shows
         exit_status(bug)
+
+
+def test_a_stop_inside_ctrl_c_waits_comes_once_the_block_is_done(capsys):
+    """A training step is done whole: Ctrl-C or SIGTERM inside the block waits for its end."""
+    from plumbing.errors import ctrl_c_waits, exit_status
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell may start us with it ignored
+    try:
+        for stop, said in ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")):
+            done = []
+
+            def step():
+                with ctrl_c_waits():
+                    os.kill(os.getpid(), stop)
+                    time.sleep(0.05)
+                    done.append("the step")
+                done.append("the next step")
+
+            assert exit_status(step) == 130 and done == ["the step"] and capsys.readouterr().err == said + "\n"
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,9 +1,11 @@
 """download.py against a local mirror on 127.0.0.1 that drops connections and fails on purpose."""
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -363,6 +365,30 @@ def test_three_processes_downloading_one_model_take_turns(mirror, tmp_path):
     for name in download.MODEL_FILES:
         assert same_bytes(folder / name, os.path.join(mirror.root, "124M", name)), name
     assert sorted(p for p, _ in mirror.requests) == sorted(f"/124M/{n}" for n in download.MODEL_FILES)
+
+
+def test_sigterm_in_the_middle_of_a_download_is_ctrl_c_and_the_next_run_resumes(mirror, tmp_path):
+    """A real SIGTERM while the weights stream in: one line, exit 130, the bytes that arrived kept in
+    their .part file (never under the final name), and the next run asks only for the rest."""
+    mirror.faults[DATA_FILE] = ["slow"]  # about 1.3 s
+    folder = tmp_path / "models" / "124M"
+    part = folder / (DATA_FILE + ".part")
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "tiny_as_124m.py"), "download.py", "124M",
+                          "--models-dir", str(tmp_path / "models"), "--base-url", mirror.url, "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (part.exists() and part.stat().st_size) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err == "terminated\n" and out == "", (p.returncode, err)
+    assert files_under(str(folder)) == sorted([".lock", DATA_FILE + ".part"] + [n for n in download.MODEL_FILES
+                                                                                if n != DATA_FILE])
+    have = part.stat().st_size
+    mirror.requests.clear()
+    fetch(mirror, tmp_path / "models")
+    assert mirror.requests == [(f"/124M/{DATA_FILE}", f"bytes={have}-")]
+    assert same_bytes(folder / DATA_FILE, os.path.join(mirror.root, "124M", DATA_FILE))
 
 
 def test_cli_web_page_is_one_line_and_exit_2(mirror, tmp_path):

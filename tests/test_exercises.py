@@ -93,6 +93,20 @@ def test_restored_every_exercise_passes(tmp_path):
     assert re.search(r"^\d+ passed", r.stdout.splitlines()[-1])
 
 
+def test_a_handout_stopped_half_way_leaves_no_half_copy(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM, raised the same way) after the copy, while the exercises are blanked: nothing is left,
+    neither class/ nor its hidden .writing-* folder; an empty class/ that was there stays as it was."""
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(handout, "replace_body", stopped)
+    (tmp_path / "empty").mkdir()
+    for out in ("class", "empty"):
+        with pytest.raises(KeyboardInterrupt):
+            handout.write_handout(str(tmp_path / out), [1])
+    assert os.listdir(tmp_path) == ["empty"] and os.listdir(tmp_path / "empty") == []
+
+
 def test_a_blanked_function_keeps_its_signature_and_docstring():
     source = 'def f(x, y=1):\n    """Doc."""\n    z = x + y\n    return z\n\n\ndef g():\n    return 2\n'
     out = handout.blank(source, "f", "exercise 0: write f")
