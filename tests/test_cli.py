@@ -484,6 +484,28 @@ def test_a_vocabulary_with_more_ids_than_the_model_names_the_folder(tmp_path):
                           "weights come from different models")
 
 
+@pytest.mark.parametrize("command", [
+    ["gpt2_numpy.py", "hi", "--model", "{adapter}"],
+    ["gpt2_numpy.py", "--params", "{adapter}"],
+    ["evaluate.py", "perplexity", "{text}", "--model", "{adapter}"],
+    ["train.py", "--model", "{adapter}", "--data", "{text}", "--out", "{out}"],
+    ["convert.py", "{adapter}", "{out}", "--to", "hf"],
+    ["download.py", "--verify", "{adapter}"],
+], ids=lambda command: " ".join(command[:2]))
+def test_an_adapter_alone_as_a_model_is_named_everywhere_a_model_is_read(tmp_path, command):
+    """PEFT's two files without a model are a change to a model: every command says so, and what to give."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"\x08" + bytes(7) + b"{}      ")
+    (tmp_path / "notes.txt").write_text("some notes to read " * 20)
+    args = [a.format(adapter=adapter, text=tmp_path / "notes.txt", out=tmp_path / "out") for a in command]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, *args[:1]), *args[1:]], capture_output=True, timeout=120)
+    assert_one_line_error(r, f"{adapter}: holds a LoRA adapter (adapter_config.json, adapter_model.safetensors) but "
+                             "no model: give the folder the LoRA run wrote")
+    assert sorted(os.listdir(tmp_path)) == ["adapter", "notes.txt"]
+
+
 def test_every_command_ends_the_same_way(capsys):
     """plumbing.errors.exit_status, which gpt2_numpy.py, bpe.py, train.py and download.py all end through."""
     from plumbing.errors import UserError, exit_status
