@@ -30,7 +30,7 @@ def model_flags(parser, positional=False, model_help=MODEL_HELP, base_url=True):
                                              f"${MODELS_DIR_ENV}, else models/ in the project's folder)")
     if base_url:
         parser.add_argument("--base-url", help=f"a mirror of OpenAI's model files, serving <size>/<file> (default: "
-                                               f"${download.BASE_URL_ENV}, else {download.DEFAULT_BASE_URL})")
+                                               f"${download.BASE_URL_ENV}, else OpenAI's own)")
 
 
 def user_message(e):

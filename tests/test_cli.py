@@ -245,6 +245,18 @@ def test_help_is_complete(script):
     assert all(flag in r.stdout for flag in wanted)
 
 
+@pytest.mark.parametrize("command", [["gpt2_numpy.py"], ["train.py"], ["evaluate.py", "perplexity"], ["convert.py"],
+                                     ["download.py"]], ids=lambda command: command[0])
+def test_every_command_that_reads_a_model_names_all_four_sizes_and_the_same_flags(command):
+    """interface/options.py's model flags, one helper for every parser: the sizes come from shapes.SIZES."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, *command[:1]), *command[1:], "--help"], capture_output=True,
+                       text=True, timeout=60)
+    help_text = " ".join(r.stdout.split())
+    assert r.returncode == 0 and "124M, 355M, 774M, 1558M" in help_text, help_text
+    assert "--models-dir MODELS_DIR where model sizes are downloaded" in help_text
+    assert "--base-url BASE_URL a mirror of OpenAI's model files" in help_text
+
+
 # --- errors: one line, exit 2 --------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
