@@ -69,7 +69,7 @@ def download_model(model, models_dir=None, base_url=None, quiet=False, tries=5, 
 
     A released size is downloaded (or mended) as needed. A path to an existing folder is
     checked and returned: a bad file in it is an error naming it, and nothing is changed.
-    (hf:owner/name is hub.py's, on this file's downloader: loading.fetch_model chooses.)"""
+    (hf:owner/name is plumbing/hub.py's: interface/loading.fetch_model chooses.)"""
     folder = model_folder(model, models_dir)
     if model not in MODEL_SIZES:
         if not hf_model.is_hf_folder(folder):  # a Hugging Face folder is checked as it is read

@@ -107,4 +107,3 @@ def run(args):
         run_ids(bpe.get_encoder(args.vocab_dir), args.text)
     else:
         run_show(bpe.get_encoder(args.vocab_dir), " ".join(args.text), args.steps)
-
