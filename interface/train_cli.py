@@ -35,7 +35,7 @@ DEFAULT_CONTEXT = 256  # tokens a training window holds, unless the model has fe
 FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that began from nothing
 RECIPE = ("steps", "batch_size", "context", "accum", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip",
           "dropout", "seed", "beta2")  # train_step's settings, as flags
-NOT_SAVED = ("out", "resume", "quiet")  # every other flag is the run's, and --resume reads it back
+NOT_SAVED = ("out", "resume", "quiet", "base_url")  # every other flag is the run's, and --resume reads it back
 LORA_FLAGS = ("lora_rank", "lora_alpha", "lora_targets")  # a resumed run keeps them: its adapters are their shape
 
 
