@@ -36,66 +36,34 @@ layouts, and of the file that holds them. Side by side, for 124M (block 3 stands
 OUT is written whole or not at all, and must not exist. The files themselves are written by
 plumbing/checkpoint.py (TensorFlow's format) and plumbing/hf_model.py (with
 plumbing/safetensors_writer.py); docs/fine_tuning.md shows the folder loading in transformers.
+The command line, which fetches MODEL first, is interface/convert_cli.py.
 """
-import argparse
-import os
 import sys
 
-from plumbing import hf_model, loading
+import bpe
+from plumbing import hf_model
 from plumbing.checkpoint import write_checkpoint
-from plumbing.errors import UserError, exit_status, fail
 from plumbing.folders import check_new_folder
+from plumbing.weights import check_tokenizer_fits, load_weights
 
 FORMATS = {"hf": "Hugging Face's", "openai": "OpenAI's"}
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")  # PEFT's names for a LoRA adapter
-MODEL_FILES = ("hparams.json", "config.json")  # what every model folder has, in one format or the other
 
 
-def convert(model, out, to, models_dir=None, base_url=None, quiet=False):
-    """Read `model` (a size, a folder or hf:owner/name) and write it to the new folder `out` in the
-    format `to` ("hf" or "openai"): the same tensors and vocabulary, under the other format's names. -> out"""
+def convert(folder, out, to):
+    """Read the model in `folder` (OpenAI's files or Hugging Face's) and write it to the new folder
+    `out` in the format `to` ("hf" or "openai"): the same tensors and vocabulary, under the other
+    format's names. -> out"""
     check_new_folder(out, advice="choose a new folder for OUT", empty_ok=False)
-    check_not_only_an_adapter(model)
-    encoder, hparams, params = loading.load_model(model, models_dir, base_url, quiet=quiet)
-    folder = loading.model_folder(model, models_dir)  # where its tokenizer's files are
+    hparams, params = load_weights(folder)
+    encoder = bpe.get_encoder(folder)
+    check_tokenizer_fits(encoder.n_vocab, hparams, folder)
     if to == "hf":
         return hf_model.write_hf_folder(out, params, hparams, folder, encoder.eot)
     return write_checkpoint(out, params, hparams, vocab_dir=folder)
 
 
-def check_not_only_an_adapter(model):
-    """A LoRA adapter alone (PEFT's two files) is a change to a model, not a model: say so, by name."""
-    if os.path.isdir(model) and any(os.path.exists(os.path.join(model, f)) for f in ADAPTER_FILES) and \
-            not any(os.path.exists(os.path.join(model, f)) for f in MODEL_FILES):
-        raise UserError("holds a LoRA adapter (adapter_config.json, adapter_model.safetensors) but no model: give "
-                        "the folder the LoRA run wrote (its merged model beside the adapter), or the adapter's "
-                        "base model", path=model)
-
-
-# ----------------------------------------------------------------------------
-# The command line
-# ----------------------------------------------------------------------------
-
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="convert.py", allow_abbrev=False,
-                                description="Write a GPT-2 as a Hugging Face folder or as OpenAI's files.",
-                                epilog="transformers, TransformerLens and lm-eval load --to hf's folder; every "
-                                       "command here loads either (docs/fine_tuning.md).")
-    p.add_argument("model", metavar="MODEL", help="124M, 355M, 774M, 1558M, a model folder, or hf:owner/name")
-    p.add_argument("out", metavar="OUT", help="the folder to write (it must not exist)")
-    p.add_argument("--to", required=True, choices=list(FORMATS), help="hf: Hugging Face's format; openai: OpenAI's")
-    p.add_argument("--models-dir", help="where model sizes are downloaded")
-    p.add_argument("--base-url", help="a mirror of OpenAI's model files")
-    p.add_argument("--quiet", action="store_true", help="no progress display while downloading")
-    p.error = fail
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    return exit_status(lambda: run(args))
-
-
-def run(args):
-    out = convert(args.model, args.out, args.to, args.models_dir, args.base_url, args.quiet)
-    print(f"wrote {out}: {args.model} in {FORMATS[args.to]} format")
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.modules.setdefault("convert", sys.modules["__main__"])  # convert_cli imports this file: run it once
+    from interface import convert_cli  # the command line (which model, OUT, messages): this file is the formats
+
+    sys.exit(convert_cli.main())

@@ -13,7 +13,7 @@ equation, and where the GPT-2 paper's own numbers differ. The file goes:
   3. perplexity          of whole documents: nll, perplexity, word and byte perplexity, bits per byte
   4. loglikelihood       a continuation given a context (lm-eval's), and choice and lambada on top of it
   5. word surprisal      bits per word, a word's tokens found from their characters
-and at the bottom the entry point, which hands over to plumbing/evaluate_cli.py.
+and at the bottom the entry point, which hands over to interface/evaluate_cli.py.
 
 Every score is log p of a token given the tokens before it: gpt2_numpy's model, and its
 token_logprobs. A text is scored after <|endoftext|> (encoder.eot), so its first token has a
@@ -298,6 +298,6 @@ def word_surprisals(lines, encoder, params, hparams, batch_size=8, progress=None
 
 if __name__ == "__main__":
     sys.modules.setdefault("evaluate", sys.modules["__main__"])  # evaluate_cli imports this file: run it once
-    from plumbing import evaluate_cli  # the command line (flags, files, printing, exit codes)
+    from interface import evaluate_cli  # the command line (flags, files, printing, exit codes)
 
     sys.exit(evaluate_cli.main())

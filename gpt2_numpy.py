@@ -444,6 +444,6 @@ def check_sampling(n_tokens, temperature, top_k, top_p, n_samples):
 
 if __name__ == "__main__":
     sys.modules.setdefault("gpt2_numpy", sys.modules["__main__"])  # gpt2_cli imports this file: run it once
-    from plumbing import gpt2_cli  # the command line (flags, printing, exit codes): this file is the model
+    from interface import gpt2_cli  # the command line (flags, printing, exit codes): this file is the model
 
     sys.exit(gpt2_cli.main())

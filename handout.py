@@ -20,14 +20,13 @@ naming the exercise, and pass again with the function restored; and that the pro
 stops, prints something else when the function is written wrong, and prints what the whole
 project prints when it is written right.
 """
-import argparse
 import ast
 import os
 import shutil
 import sys
 
-from plumbing.errors import UserError, fail
-from plumbing.folders import check_new_folder
+from plumbing.errors import UserError
+from plumbing.folders import check_new_folder, whole_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -207,28 +206,29 @@ def exercise_message(number, function):
 
 def write_handout(out, numbers, root=HERE, bodies=None):
     """Copy the project at root to out, with the functions of the exercises `numbers` blanked,
-    and each fast twin of a blanked function made a call to it (TWINS).
+    and each fast twin of a blanked function made a call to it (TWINS): whole or not at all.
     bodies: {function: body} to write instead of a blank (a test's stand-in for a student)."""
     unknown = [n for n in numbers if n not in EXERCISES]
     if unknown:
         raise UserError(f"no exercise {unknown[0]}: choose from 1 to {max(EXERCISES)}")
     check_new_folder(out)
-    inside = os.path.abspath(out)
-
-    def ignore(folder, names):  # what never goes in a copy, and the copy itself if it lies inside root
-        return set(SKIP(folder, names)) | {n for n in names if os.path.abspath(os.path.join(folder, n)) == inside}
-
-    shutil.copytree(root, out, ignore=ignore, dirs_exist_ok=True)
     blanked = {function for n in numbers for _, function in functions(n)}
     edits = [(file, function, (bodies or {}).get(function) or f"raise NotImplementedError("
               f"{exercise_message(n, function)!r})") for n in numbers for file, function in functions(n)]
     edits += [(file, twin, body) for (file, twin), (plain, body) in TWINS.items() if blanked & set(plain)]
-    for file, function, body in edits:
-        path = os.path.join(out, file)
-        with open(path, encoding="utf-8") as f:
-            source = f.read()
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(replace_body(source, function, body))
+    with whole_folder(out, "the handout") as tmp:
+        inside = {os.path.abspath(out), os.path.abspath(tmp)}
+
+        def ignore(folder, names):  # what never goes in a copy, and the copy itself if it lies inside root
+            return set(SKIP(folder, names)) | {n for n in names if os.path.abspath(os.path.join(folder, n)) in inside}
+
+        shutil.copytree(root, tmp, ignore=ignore, dirs_exist_ok=True)
+        for file, function, body in edits:
+            path = os.path.join(tmp, file)
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(replace_body(source, function, body))
     return out
 
 
@@ -243,30 +243,8 @@ def programs_waiting(numbers):
     return lines
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description="Write a copy of the project with exercises left to do.")
-    p.add_argument("out", nargs="?", help="a new (or empty) folder for the copy")
-    p.add_argument("numbers", nargs="*", type=int, help="the exercises (default: all)")
-    p.add_argument("--list", action="store_true", help="list the exercises")
-    p.error = fail
-    args = p.parse_args(argv)
-    if args.list or not args.out:
-        for number, (title, fns, _, where) in EXERCISES.items():
-            print(f"{number:>2}. {title}: {', '.join(f for _, f, _ in fns)}  (tests: {', '.join(tests(number))}; "
-                  f"runs in {WHERE[where]})")
-        print()
-        print("\n".join(programs_waiting(list(EXERCISES))))
-        return 0
-    numbers = args.numbers or list(EXERCISES)
-    try:
-        write_handout(args.out, numbers)
-    except UserError as e:
-        fail(str(e))
-    print(f"{args.out}: exercises {', '.join(map(str, numbers))} to do; "
-          f"run the tests there with python -m pytest -q -k NAME")
-    print("\n".join(programs_waiting(numbers)))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.modules.setdefault("handout", sys.modules["__main__"])  # handout_cli imports this file: run it once
+    from interface import handout_cli  # the command line (--list, or a copy with exercises to do)
+
+    sys.exit(handout_cli.main())

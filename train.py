@@ -18,7 +18,7 @@ pass, then the backward pass by hand), clip the gradients, and take an AdamW ste
 (optimizer.py). Everything a step does depends on the seed and the step's number only, so
 a run stopped (Ctrl-C saves it) and resumed is the same run, bit for bit.
 
-The command line (flags, which model, messages) is plumbing/train_cli.py.
+The command line (flags, which model, messages) is interface/train_cli.py.
 """
 import json
 import math
@@ -418,6 +418,6 @@ def load_state(folder, params):
 
 if __name__ == "__main__":
     sys.modules.setdefault("train", sys.modules["__main__"])  # train_cli imports this file: run it once
-    from plumbing import train_cli  # the command line (flags, which model, messages): this file is the training
+    from interface import train_cli  # the command line (flags, which model, messages): this file is the training
 
     sys.exit(train_cli.main())

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 import evaluate  # noqa: E402
 from plumbing import shapes  # noqa: E402
-from plumbing.loading import load_model  # noqa: E402
+from interface.loading import load_model  # noqa: E402
 
 OUT = os.path.join(HERE, "out")
 MODEL = os.path.join(OUT, "124M-random")

@@ -75,7 +75,7 @@ def prompt_ids(encoder, n):
 
 def load_pair(args):
     """(encoder, (params, hparams), (draft_params, draft_hparams)) for --model and --draft, or exit."""
-    from plumbing import loading
+    from interface import loading
 
     encoder, hparams, params = loading.load_model(args.model, quiet=True)
     draft_encoder, draft_hparams, draft_params = loading.load_model(args.draft, quiet=True)

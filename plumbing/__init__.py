@@ -1,5 +1,5 @@
-"""The plumbing: file formats, downloads, the command lines' glue and the helpers.
+"""The plumbing: file formats, downloads and the helpers that the chapters stand on.
 
-The chapters at the top level import what they need from here; nothing here is a chapter.
-plumbing/README.md lists each file.
+The chapters at the top level import what they need from here; nothing here imports a chapter
+or a command line. plumbing/README.md lists each file.
 """

@@ -24,12 +24,11 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from bpe import TOKENIZER_FILES
-from gpt2_numpy import LAYER_NORM_EPS
 from plumbing import shapes
 from plumbing.crc32c import masked_crc32c
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
+from plumbing.shapes import LAYER_NORM_EPS, TOKENIZER_FILES
 
 DATA_SUFFIX = ".data-00000-of-00001"
 

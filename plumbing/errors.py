@@ -8,6 +8,11 @@ it is about as data: `arg`, the argument's name in the Python API ("top_k"), or
 Anything else is a bug, in this code or in a student's rewrite of a function: it
 is never caught, so it shows its traceback. (A matmul with mismatched shapes is a
 ValueError from NumPy, but not a UserError: you see where it happened.)
+
+Stopping a command from outside is neither: Ctrl-C (SIGINT) and SIGTERM (`kill`, `timeout`,
+a scheduler) are handled alike. Each is raised where the program is (SIGTERM as Terminated, a
+KeyboardInterrupt), so what is being written is taken away on the way out; the command says so
+in one line and ends with status 130, the status of Ctrl-C, whichever of the two stopped it.
 """
 import contextlib
 import json
@@ -37,37 +42,60 @@ def fail(message):
     sys.exit(2)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, as Ctrl-C raises KeyboardInterrupt: whatever handles
+    Ctrl-C (a temporary folder's cleanup, training's last save) handles it too."""
+
+
+def raise_terminated(signum, frame):
+    raise Terminated
+
+
 def exit_status(work, message=str):
     """How every command ends: work()'s exit status (None is 0). A user's mistake is one line and
-    status 2 (`fail`, with message(e)); Ctrl-C is one line and 130; a reader that went away
-    (`| head`) is a quiet stop. A bug is not caught here: it shows its traceback."""
+    status 2 (`fail`, with message(e)); Ctrl-C and SIGTERM are one line and 130; a reader that went
+    away (`| head`) is a quiet stop. A bug is not caught here: it shows its traceback."""
+    main = threading.current_thread() is threading.main_thread()  # only there can a signal be handled
+    previous = signal.signal(signal.SIGTERM, raise_terminated) if main else None
     try:
         return work() or 0
     except UserError as e:
         fail(message(e))
-    except KeyboardInterrupt:  # on a terminal the line may hold a bar or streamed text: start a new one
-        print("\ninterrupted" if sys.stderr.isatty() else "interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # on a terminal the line may hold a bar or streamed text: start a new one
+        what = "terminated" if isinstance(e, Terminated) else "interrupted"
+        print(f"\n{what}" if sys.stderr.isatty() else what, file=sys.stderr)
         return 130
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+WAITING = (signal.SIGINT, signal.SIGTERM)  # the signals that ctrl_c_waits holds back
 
 
 @contextlib.contextmanager
 def ctrl_c_waits():
-    """`with ctrl_c_waits():` a Ctrl-C pressed inside the block is raised when the block ends, so
-    the work in it (a training step: its update runs on both cores) is done whole or not begun.
+    """`with ctrl_c_waits():` a Ctrl-C (or SIGTERM) that arrives inside the block is raised when
+    the block ends, so the work in it (a training step: its update runs on both cores) is done
+    whole or not begun: then Ctrl-C is a KeyboardInterrupt, and SIGTERM goes to the handler it
+    would have met at once (exit_status's Terminated; outside a command, the process ends).
     An exception raised in the block goes on as usual. Outside the main thread it changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    pressed = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    arrived = []
+    previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in WAITING}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if pressed:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if signal.SIGTERM in arrived:
+        signal.raise_signal(signal.SIGTERM)
+    if signal.SIGINT in arrived:
         raise KeyboardInterrupt
 
 

@@ -22,11 +22,10 @@ import shutil
 
 import numpy as np
 
-from bpe import TOKENIZER_FILES
-from gpt2_numpy import LAYER_NORM_EPS
 from plumbing import shapes
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
+from plumbing.shapes import LAYER_NORM_EPS, TOKENIZER_FILES
 from plumbing.safetensors_reader import SafetensorsError, load_folder
 from plumbing.safetensors_writer import write_safetensors
 

@@ -1,4 +1,4 @@
-"""GPT-2s from the Hugging Face Hub (or a mirror of it), through download.py's downloader.
+"""GPT-2s from the Hugging Face Hub (or a mirror of it), fetched as OpenAI's files are (fetching.py).
 
     python gpt2_numpy.py "prompt" --model hf:distilbert/distilgpt2
     python gpt2_numpy.py "prompt" --model hf:openai-community/gpt2@main
@@ -16,11 +16,11 @@ import json
 import os
 import re
 
-from download import DownloadError, NotFound, default_models_dir, downloading_into, fetch_file
 from plumbing import model_files
-from bpe import TOKENIZER_FILES
-from plumbing.model_files import BadFile
+from plumbing.fetching import (BadFile, DownloadError, NotFound, check_not_a_web_page, default_models_dir,
+                               downloading_into, fetch_file)
 from plumbing.safetensors_reader import SafetensorsError, read_header
+from plumbing.shapes import TOKENIZER_FILES
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_ENV = "HF_ENDPOINT"
@@ -48,7 +48,7 @@ def check_hub_file(file, path, seen):
     file whose SHA-256 is the Hub's (when it gave one) and whose header fits its size."""
     with open(path, "rb") as f:
         head = f.read(4096)
-    model_files.check_not_a_web_page(head)
+    check_not_a_web_page(head)
     if file.endswith(".json"):
         try:
             with open(path, encoding="utf-8") as f:
@@ -98,8 +98,7 @@ def download_hub_model(name, models_dir=None, quiet=False, tries=5, backoff=0.5,
     url = repository_url(name, endpoint)
     fetched = []  # the files this run fetched: they go if the repository turns out to be unusable
     fetch = fetcher(folder, url, fetched, quiet=quiet, tries=tries, backoff=backoff)
-    # any failure that saved nothing leaves nothing: a Hub download has no .part files to resume
-    with downloading_into(folder, f"hf:{name}", quiet, leaves_nothing=(DownloadError,)):
+    with downloading_into(folder, f"hf:{name}", quiet):  # a failure that saved nothing leaves nothing
         try:
             fetch_config(fetch, name, url)
             fetch_weights(fetch, name, folder)
@@ -131,7 +130,8 @@ def fetcher(folder, url, fetched, **options):
                 return
             except BadFile:
                 os.remove(path)
-        fetch_file(f"{url}/{file}", path, seen=seen, check=lambda part: check_hub_file(file, part, seen), **options)
+        fetch_file(f"{url}/{file}", path, seen=seen, check=lambda part: check_hub_file(file, part, seen),
+                   large=file.endswith(".safetensors"), **options)
         fetched.append(path)
 
     return fetch

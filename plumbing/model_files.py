@@ -19,11 +19,12 @@ files again on every run (milliseconds; the data file only by its size and the m
 """
 import hashlib
 import json
+import math
 import os
 
-import parameters
 from plumbing import shapes
 from plumbing.checkpoint import CheckpointError, DATA_SUFFIX, data_size, read_gpt2_index, verify_checkpoint
+from plumbing.fetching import BadFile, check_not_a_web_page
 
 DATA_FILE = "model.ckpt" + DATA_SUFFIX
 # In the order they are fetched: hparams.json before the index (which it explains), the
@@ -34,28 +35,6 @@ VOCABULARY = {  # the four sizes share one vocabulary: (size in bytes, SHA-256)
     "vocab.bpe": (456_318, "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"),
 }
 MARKER = ".verified"
-
-
-class BadFile(Exception):
-    """A file's content is not what it should be; str(e) says how, in a few words."""
-
-
-class WebPage(BadFile):
-    """A file that is a web page: what a captive portal or a proxy sends instead of the file."""
-
-
-def check_not_a_web_page(head):
-    """WebPage if a file's first bytes are a web page's."""
-    if looks_like_a_web_page(head):
-        raise WebPage("it is a web page (HTML or XML), not a model file")
-
-
-def looks_like_a_web_page(head):
-    """The first bytes of a body are HTML or XML: a captive portal's login page, a proxy's
-    error, a cloud bucket's <Error><Code>NoSuchKey</Code>. No model file starts like that."""
-    start = head.lstrip()[:64].lower()
-    return start.startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"<body", b"<error", b"<!--")) or \
-        b"<html" in head[:2048].lower()
 
 
 def expected_size(name, model, context):
@@ -95,8 +74,13 @@ def check_file(name, path, model, context):
             context["data_size"] = data_size(read_gpt2_index(path, context["hparams"]))
         except CheckpointError as e:
             raise BadFile(e.message) from None
-        if model is not None and context["data_size"] != 4 * parameters.count_parameters(shapes.hparams(model))["total"]:
+        if model is not None and context["data_size"] != 4 * parameter_count(shapes.hparams(model)):
             raise BadFile("its tensors do not add up to 4 bytes for each of the model's parameters")
+
+
+def parameter_count(hp):
+    """The numbers a GPT-2 of these hparams holds: its tensors' shapes, multiplied out and added up."""
+    return sum(math.prod(shape) for shape in shapes.tensor_shapes(hp).values())
 
 
 def check_checkpoint_file(text):

@@ -25,7 +25,7 @@ CHUNK = 1 << 16  # floats: a chunk's arrays (AdamW's p, g, m, v and two scratch)
 # The other cores' workers, started once: a pool made at every call spends its time starting
 # threads and taking locks, a large share of a small model's training step (docs/performance.md).
 # The calling thread does the first share itself.
-POOL = concurrent.futures.ThreadPoolExecutor(max(1, CORES - 1), thread_name_prefix="gpt2-numpy-core")
+WORKERS = concurrent.futures.ThreadPoolExecutor(max(1, CORES - 1), thread_name_prefix="gpt2-numpy-core")
 
 
 def shared_among_cores(work, jobs):
@@ -33,7 +33,7 @@ def shared_among_cores(work, jobs):
     work must not call this again: a worker of the pool would then wait for a job queued behind itself."""
     n = min(CORES, len(jobs)) or 1
     shares = [jobs[i::n] for i in range(n)]
-    others = [POOL.submit(work, share) for share in shares[1:]]
+    others = [WORKERS.submit(work, share) for share in shares[1:]]
     return [work(shares[0])] + [f.result() for f in others]
 
 

@@ -1,4 +1,5 @@
-"""GPT-2's facts, stated once: the four released sizes, and every tensor's name and shape.
+"""GPT-2's facts, stated once: the four released sizes, every tensor's name and shape, the
+layer norms' eps and the names of the tokenizer's two files.
 
 Everything else (the checkpoint reader, the downloader, the parameter count, the
 tests) takes these from here. The names are OpenAI's checkpoint names without
@@ -20,6 +21,9 @@ SIZES = {  # the four released models: their hparams.json
     "1558M": {"n_vocab": N_VOCAB, "n_ctx": N_CTX, "n_embd": 1600, "n_head": 25, "n_layer": 48},
 }
 HPARAM_KEYS = ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")  # what hparams.json holds
+LAYER_NORM_EPS = 1e-5  # GPT-2's; a Hugging Face config may set another: hparams["layer_norm_epsilon"]
+# OpenAI's tokenizer files -> Hugging Face's names for them: the same two tables (token -> id, the merges)
+TOKENIZER_FILES = {"encoder.json": "vocab.json", "vocab.bpe": "merges.txt"}
 
 
 def hparams_problem(hp):

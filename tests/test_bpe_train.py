@@ -200,14 +200,17 @@ def test_without_a_terminal_training_says_what_it_does_in_plain_lines(tmp_path, 
     assert quiet.returncode == 0 and quiet.stderr == ""
 
 
-def test_ctrl_c_during_training_is_one_line_and_exit_130(tmp_path):
+@pytest.mark.parametrize("stop, said", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")],
+                         ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_during_training_is_one_line_and_exit_130(tmp_path, stop, said):
+    """Ctrl-C, or SIGTERM (kill, timeout, a scheduler), while the merges are learned: one line, 130, no folder."""
     out = tmp_path / "v"
     corpus = os.path.join(ROOT, "data", "tinyshakespeare.txt")
     p = subprocess.Popen([sys.executable, os.path.join(ROOT, "bpe.py"), "--train", corpus, "--vocab-size", "20000",
                           "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stderr.readline().startswith("learning up to 19,743 merges")  # training has begun
-    p.send_signal(signal.SIGINT)
+    p.send_signal(stop)
     stdout, stderr = p.communicate(timeout=60)
-    assert p.returncode == 130 and stderr == "interrupted\n" and stdout == "", stderr
+    assert p.returncode == 130 and stderr == said + "\n" and stdout == "", stderr
     assert not out.exists() and not [f for f in os.listdir(tmp_path) if f.startswith(".writing-")]

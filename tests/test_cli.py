@@ -14,7 +14,7 @@ import pytest
 
 from conftest import DATA, ROOT, closed_port, model_folder_copy, tiny_mirror
 import gpt2_numpy as g
-from plumbing import gpt2_cli
+from interface import gpt2_cli, options
 
 TURING_TEXT = "Alan Turing theorized that computers would one day become"
 GOLDEN = np.load(os.path.join(DATA, "hf_golden.npz"))
@@ -245,6 +245,18 @@ def test_help_is_complete(script):
     assert all(flag in r.stdout for flag in wanted)
 
 
+@pytest.mark.parametrize("command", [["gpt2_numpy.py"], ["train.py"], ["evaluate.py", "perplexity"], ["convert.py"],
+                                     ["download.py"]], ids=lambda command: command[0])
+def test_every_command_that_reads_a_model_names_all_four_sizes_and_the_same_flags(command):
+    """interface/options.py's model flags, one helper for every parser: the sizes come from shapes.SIZES."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, *command[:1]), *command[1:], "--help"], capture_output=True,
+                       text=True, timeout=60)
+    help_text = " ".join(r.stdout.split())
+    assert r.returncode == 0 and "124M, 355M, 774M, 1558M" in help_text, help_text
+    assert "--models-dir MODELS_DIR where model sizes are downloaded" in help_text
+    assert "--base-url BASE_URL a mirror of OpenAI's model files" in help_text
+
+
 # --- errors: one line, exit 2 --------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
@@ -299,7 +311,7 @@ def test_a_bug_shows_its_traceback_and_is_not_called_a_user_error(tmp_path):
     """A student's typical slip: c_fc and c_proj swapped in ffn. NumPy raises a ValueError
     (shapes do not match); that is a bug, so the CLI must not turn it into 'error: ...' and 2."""
     folder = model_folder_copy("tiny", str(tmp_path / "tiny"))
-    broken = ("import sys, gpt2_numpy\nfrom plumbing import gpt2_cli\n"
+    broken = ("import sys, gpt2_numpy\nfrom interface import gpt2_cli\n"
               "def ffn(x, c_fc, c_proj, hook=gpt2_numpy.no_hook):\n"
               "    return gpt2_numpy.linear(gpt2_numpy.gelu(gpt2_numpy.linear(x, **c_proj)), **c_fc)\n"
               "gpt2_numpy.ffn = ffn\n"
@@ -314,8 +326,8 @@ def test_a_bug_shows_its_traceback_and_is_not_called_a_user_error(tmp_path):
 def test_user_errors_name_flags_from_a_table_not_from_rewritten_text():
     e = g.UserError("must be a whole number >= 1, got 0", arg="top_k")
     assert str(e) == "top_k must be a whole number >= 1, got 0"  # the Python API's name
-    assert gpt2_cli.user_message(e) == "--top-k must be a whole number >= 1, got 0"
-    assert set(gpt2_cli.FLAGS) >= {"n_tokens", "temperature", "top_k", "top_p", "n_samples"}
+    assert options.user_message(e) == "--top-k must be a whole number >= 1, got 0"
+    assert set(options.FLAGS) >= {"n_tokens", "temperature", "top_k", "top_p", "n_samples", "context", "stride"}
 
 
 def test_a_prompt_that_is_not_utf8():
@@ -341,7 +353,7 @@ def test_a_corrupt_checkpoint(site, tmp_path):
 def test_no_network(tmp_path):
     r = run("hi", "--models-dir", str(tmp_path), "--base-url", f"http://127.0.0.1:{closed_port()}")
     assert_one_line_error(r, "could not download")
-    assert not any(f in os.listdir(tmp_path / "124M") for f in ("checkpoint", "hparams.json"))
+    assert os.listdir(tmp_path) == []  # nothing was saved: not a file, not the lock, not 124M/
 
 
 def test_a_full_disk(site, tmp_path):
@@ -484,6 +496,28 @@ def test_a_vocabulary_with_more_ids_than_the_model_names_the_folder(tmp_path):
                           "weights come from different models")
 
 
+@pytest.mark.parametrize("command", [
+    ["gpt2_numpy.py", "hi", "--model", "{adapter}"],
+    ["gpt2_numpy.py", "--params", "{adapter}"],
+    ["evaluate.py", "perplexity", "{text}", "--model", "{adapter}"],
+    ["train.py", "--model", "{adapter}", "--data", "{text}", "--out", "{out}"],
+    ["convert.py", "{adapter}", "{out}", "--to", "hf"],
+    ["download.py", "--verify", "{adapter}"],
+], ids=lambda command: " ".join(command[:2]))
+def test_an_adapter_alone_as_a_model_is_named_everywhere_a_model_is_read(tmp_path, command):
+    """PEFT's two files without a model are a change to a model: every command says so, and what to give."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"\x08" + bytes(7) + b"{}      ")
+    (tmp_path / "notes.txt").write_text("some notes to read " * 20)
+    args = [a.format(adapter=adapter, text=tmp_path / "notes.txt", out=tmp_path / "out") for a in command]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, *args[:1]), *args[1:]], capture_output=True, timeout=120)
+    assert_one_line_error(r, f"{adapter}: holds a LoRA adapter (adapter_config.json, adapter_model.safetensors) but "
+                             "no model: give the folder the LoRA run wrote")
+    assert sorted(os.listdir(tmp_path)) == ["adapter", "notes.txt"]
+
+
 def test_every_command_ends_the_same_way(capsys):
     """plumbing.errors.exit_status, which gpt2_numpy.py, bpe.py, train.py and download.py all end through."""
     from plumbing.errors import UserError, exit_status
@@ -502,8 +536,37 @@ def test_every_command_ends_the_same_way(capsys):
 
     assert exit_status(ctrl_c) == 130 and capsys.readouterr().err == "interrupted\n"  # stderr is no terminal here
 
+    def killed():  # SIGTERM (kill, timeout, a scheduler) ends a command as Ctrl-C does, in other words
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # it arrives here
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert exit_status(killed) == 130 and capsys.readouterr().err == "terminated\n"
+    assert signal.getsignal(signal.SIGTERM) == before  # the command's handler goes with it
+
     def bug():
         raise ValueError("matmul: shapes do not match")
 
     with pytest.raises(ValueError, match="matmul"):  # a bug is not a user's mistake: its traceback shows
         exit_status(bug)
+
+
+def test_a_stop_inside_ctrl_c_waits_comes_once_the_block_is_done(capsys):
+    """A training step is done whole: Ctrl-C or SIGTERM inside the block waits for its end."""
+    from plumbing.errors import ctrl_c_waits, exit_status
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell may start us with it ignored
+    try:
+        for stop, said in ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")):
+            done = []
+
+            def step():
+                with ctrl_c_waits():
+                    os.kill(os.getpid(), stop)
+                    time.sleep(0.05)
+                    done.append("the step")
+                done.append("the next step")
+
+            assert exit_status(step) == 130 and done == ["the step"] and capsys.readouterr().err == said + "\n"
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -11,8 +11,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -21,10 +23,10 @@ import bpe
 import convert
 from conftest import DATA, ROOT, model_folder_copy, tiny_mirror
 import gpt2_numpy as g
+from interface.loading import load_model
 from plumbing import hf_model, shapes
 from plumbing.checkpoint import load_checkpoint, stored_shapes
 from plumbing.errors import UserError
-from plumbing.loading import load_model
 from plumbing.safetensors_reader import load_file
 
 HF = os.path.join(DATA, "hf")
@@ -293,6 +295,38 @@ def test_ctrl_c_while_writing_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         convert.convert(source, str(tmp_path / "out"), "hf")
     assert sorted(os.listdir(tmp_path)) == ["tiny"]
+
+
+WRITING_WAITS = """import os, runpy, sys, time
+sys.path.insert(0, os.getcwd())
+import plumbing.safetensors_writer as writer
+pieces, started = writer.little_endian_pieces, sys.argv[1]
+
+def slow(array):  # the first tensor's bytes, then a pause in which to be stopped
+    yield from pieces(array)
+    open(started, "w").close()
+    time.sleep(60)
+
+writer.little_endian_pieces = slow
+sys.argv = ["convert.py"] + sys.argv[2:]
+runpy.run_path("convert.py", run_name="__main__")
+"""
+
+
+def test_sigterm_while_writing_is_one_line_and_leaves_nothing(tmp_path):
+    """A real SIGTERM (kill, timeout, a scheduler) in the middle of model.safetensors: as Ctrl-C, one
+    line and exit 130, and neither OUT nor its hidden .writing-* folder is left."""
+    source = model_folder_copy("tiny", str(tmp_path / "tiny"))
+    started = tmp_path / "started"
+    p = subprocess.Popen([sys.executable, "-c", WRITING_WAITS, str(started), source, str(tmp_path / "out"), "--to",
+                          "hf"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not started.exists() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err == "terminated\n" and out == "", (p.returncode, err)
+    assert sorted(os.listdir(tmp_path)) == ["started", "tiny"]
 
 
 def test_a_params_tensor_of_the_wrong_shape_is_refused_by_the_writer(tmp_path):

@@ -13,7 +13,8 @@ from gpt2_numpy import generate
 from initialise import init_params
 import optimizer
 import train
-from plumbing import corpus, train_cli
+from interface import bpe_cli, train_cli
+from plumbing import corpus
 from plumbing.errors import UserError
 
 BYTES = bpe.parse_vocab(*bpe.vocab_files([]))  # a vocabulary from scratch with no merge: 257 ids, <|endoftext|> 256
@@ -116,7 +117,7 @@ def test_bpe_train_takes_the_same_three_kinds_of_data(tmp_path):
     want = bpe.vocab_files(bpe.train_merges_fast(texts, 265 - 257))[1]
     for data in (str(folder), lines):
         out = tmp_path / f"v-{os.path.basename(data)}"
-        assert bpe.main(["--train", data, "--vocab-size", "265", "--out", str(out), "--quiet"]) == 0
+        assert bpe_cli.main(["--train", data, "--vocab-size", "265", "--out", str(out), "--quiet"]) == 0
         assert (out / "vocab.bpe").read_text(encoding="utf-8") == want
 
 

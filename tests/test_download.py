@@ -1,16 +1,19 @@
 """download.py against a local mirror on 127.0.0.1 that drops connections and fails on purpose."""
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from conftest import DATA, ROOT, checkpoint_dir, closed_port, model_folder_copy
 import download
-from download import CheckpointError, DownloadError
-from plumbing import shapes
+from plumbing import fetching, shapes
+from plumbing.checkpoint import CheckpointError
+from plumbing.fetching import DownloadError
 from plumbing.checkpoint import load_checkpoint
 
 DATA_FILE = "model.ckpt.data-00000-of-00001"
@@ -225,8 +228,7 @@ def test_a_web_page_is_never_saved_and_the_real_mirror_then_just_works(mirror, t
                                             r"proxy\? \(http://127.0.0.1:\d+/124M/checkpoint\); nothing was kept"):
         fetch(mirror, tmp_path / "models")
     folder = tmp_path / "models" / "124M"
-    assert not any(os.path.exists(folder / name) for name in download.MODEL_FILES)
-    assert not [f for f in os.listdir(folder) if f.endswith(".part")]
+    assert not (tmp_path / "models").exists()  # nothing was saved: no file, no .part, no lock, no folder
     mirror.page = None  # back on a working network: no cleanup by hand
     fetch(mirror, tmp_path / "models")
     for name in download.MODEL_FILES:
@@ -365,6 +367,30 @@ def test_three_processes_downloading_one_model_take_turns(mirror, tmp_path):
     assert sorted(p for p, _ in mirror.requests) == sorted(f"/124M/{n}" for n in download.MODEL_FILES)
 
 
+def test_sigterm_in_the_middle_of_a_download_is_ctrl_c_and_the_next_run_resumes(mirror, tmp_path):
+    """A real SIGTERM while the weights stream in: one line, exit 130, the bytes that arrived kept in
+    their .part file (never under the final name), and the next run asks only for the rest."""
+    mirror.faults[DATA_FILE] = ["slow"]  # about 1.3 s
+    folder = tmp_path / "models" / "124M"
+    part = folder / (DATA_FILE + ".part")
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "tiny_as_124m.py"), "download.py", "124M",
+                          "--models-dir", str(tmp_path / "models"), "--base-url", mirror.url, "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (part.exists() and part.stat().st_size) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err == "terminated\n" and out == "", (p.returncode, err)
+    assert files_under(str(folder)) == sorted([".lock", DATA_FILE + ".part"] + [n for n in download.MODEL_FILES
+                                                                                if n != DATA_FILE])
+    have = part.stat().st_size
+    mirror.requests.clear()
+    fetch(mirror, tmp_path / "models")
+    assert mirror.requests == [(f"/124M/{DATA_FILE}", f"bytes={have}-")]
+    assert same_bytes(folder / DATA_FILE, os.path.join(mirror.root, "124M", DATA_FILE))
+
+
 def test_cli_web_page_is_one_line_and_exit_2(mirror, tmp_path):
     mirror.page = PORTAL
     r = run_download("124M", "--models-dir", str(tmp_path), "--base-url", mirror.url)
@@ -392,6 +418,34 @@ def test_no_server_names_the_host_and_the_folder_not_a_part_file_that_was_never_
     assert ".part" not in message and not [f for f in files_under(str(tmp_path)) if f.endswith(".part")]
 
 
+def test_no_server_leaves_no_lock_and_no_folder_it_made(tmp_path):
+    """"Nothing was saved" is true of the folders too: the run's lock file and the folders it made go."""
+    port = closed_port()
+    for models, size in ((tmp_path / "new" / "models", "124M"), (tmp_path / "mine", "1558M")):
+        os.makedirs(tmp_path / "mine", exist_ok=True)
+        with pytest.raises(DownloadError, match="Nothing was saved"):
+            download.download_model(size, str(models), base_url=f"http://127.0.0.1:{port}", quiet=True, tries=1,
+                                    backoff=0)
+    assert os.listdir(tmp_path) == ["mine"] and os.listdir(tmp_path / "mine") == []  # the user's folder stays
+
+
+def test_a_connection_that_sends_no_byte_leaves_no_empty_part_file(mirror, tmp_path):
+    mirror.faults["checkpoint"] = ["drop:0"]
+    with pytest.raises(DownloadError, match="Nothing was saved"):
+        fetch(mirror, tmp_path / "models", tries=1)
+    assert not (tmp_path / "models").exists()
+
+
+def test_a_network_failure_keeps_the_bytes_that_arrived_and_the_lock_beside_them(mirror, tmp_path):
+    mirror.faults[DATA_FILE] = ["drop:200000"]
+    with pytest.raises(DownloadError, match="run again to resume"):
+        fetch(mirror, tmp_path / "models", tries=1)
+    folder = str(tmp_path / "models" / "124M")
+    assert files_under(folder) == sorted([".lock", DATA_FILE + ".part"] + [n for n in download.MODEL_FILES
+                                                                           if n != DATA_FILE])
+    assert 0 < os.path.getsize(os.path.join(folder, DATA_FILE + ".part")) <= 200000  # the chunk in flight is lost
+
+
 def test_a_404_removes_the_lock_and_the_folders_it_made(mirror, tmp_path):
     with pytest.raises(DownloadError, match="HTTP 404"):
         fetch(mirror, tmp_path / "models", model="355M")
@@ -416,19 +470,19 @@ def test_a_lock_file_removed_while_waiting_for_it_is_not_held(tmp_path):
     fcntl = pytest.importorskip("fcntl")
     folder = tmp_path / "124M"
     folder.mkdir()
-    first = open(folder / download.LOCK, "a")
+    first = open(folder / fetching.LOCK, "a")
     fcntl.flock(first, fcntl.LOCK_EX)
     got = []
-    waiter = threading.Thread(target=lambda: got.append(download.hold_lock(str(folder), "124M", quiet=True)))
+    waiter = threading.Thread(target=lambda: got.append(fetching.hold_lock(str(folder), "124M", quiet=True)))
     waiter.start()
     waiter.join(0.3)
     assert waiter.is_alive()  # it waits for the lock
-    os.remove(folder / download.LOCK)
+    os.remove(folder / fetching.LOCK)
     os.rmdir(folder)  # as a failed first download leaves things: nothing
     fcntl.flock(first, fcntl.LOCK_UN)
     first.close()
     waiter.join(10)
-    assert got and download.is_the_file_at(got[0], str(folder / download.LOCK))
+    assert got and fetching.is_the_file_at(got[0], str(folder / fetching.LOCK))
     got[0].close()
 
 

@@ -20,7 +20,7 @@ import pytest
 
 import evaluate
 from conftest import DATA
-from plumbing.loading import load_model
+from interface.loading import load_model
 
 with open(os.path.join(DATA, "eval_golden.json"), encoding="utf-8") as f:
     GOLDEN = json.load(f)

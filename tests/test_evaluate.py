@@ -16,9 +16,9 @@ import pytest
 import evaluate
 import gpt2_numpy as g
 from conftest import DATA, ROOT
-from plumbing import evaluate_cli
+from interface import evaluate_cli
 from plumbing.errors import UserError
-from plumbing.loading import load_model
+from interface.loading import load_model
 
 TINY = os.path.join(DATA, "hf", "tiny")
 EVAL = os.path.join(DATA, "eval")

@@ -105,6 +105,20 @@ def test_restored_every_exercise_passes(tmp_path):
     assert re.search(r"^\d+ passed", r.stdout.splitlines()[-1])
 
 
+def test_a_handout_stopped_half_way_leaves_no_half_copy(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM, raised the same way) after the copy, while the exercises are blanked: nothing is left,
+    neither class/ nor its hidden .writing-* folder; an empty class/ that was there stays as it was."""
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(handout, "replace_body", stopped)
+    (tmp_path / "empty").mkdir()
+    for out in ("class", "empty"):
+        with pytest.raises(KeyboardInterrupt):
+            handout.write_handout(str(tmp_path / out), [1])
+    assert os.listdir(tmp_path) == ["empty"] and os.listdir(tmp_path / "empty") == []
+
+
 def test_a_blanked_function_keeps_its_signature_and_docstring():
     source = 'def f(x, y=1):\n    """Doc."""\n    z = x + y\n    return z\n\n\ndef g():\n    return 2\n'
     out = handout.blank(source, "f", "exercise 0: write f")
@@ -172,7 +186,7 @@ def test_the_readmes_handout_inside_the_project_leaves_its_tests_alone(tmp_path)
 
 PROMPT = "Alan Turing theorized that computers would one day become"
 HEADS = """import numpy as np, look_inside
-from plumbing import loading
+from interface import loading
 encoder, hp, params = loading.load_model("model")
 ids = encoder.encode("the cat sat on the mat, and the cat sat on the mat")
 _, cache = look_inside.run_with_cache([ids], params, hp, names=lambda n: n.endswith("hook_pattern"))
@@ -180,7 +194,7 @@ pattern = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(hp[
 print(look_inside.previous_token_scores(pattern).round(5).tolist(), look_inside.induction_scores(pattern, ids).round(5).tolist())
 """
 ABLATE = """import look_inside
-from plumbing import loading
+from interface import loading
 encoder, hp, params = loading.load_model("model")
 ids = [encoder.encode("the cat sat on the mat, and the dog ran to the park")]
 print(round(look_inside.loss(ids, params, hp), 5), round(look_inside.loss(ids, params, hp, {"blocks.1.attn.hook_z": look_inside.zero_ablate_head(1)}), 5))

@@ -15,9 +15,9 @@ import pytest
 
 import bpe
 from conftest import DATA, ROOT, VOCAB, Mirror, closed_port
-from download import DownloadError
 import gpt2_numpy as g
 from plumbing import hf_model, hub, shapes
+from plumbing.fetching import DownloadError
 from plumbing import safetensors_reader as st
 
 HF = os.path.join(DATA, "hf")

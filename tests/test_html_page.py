@@ -11,7 +11,7 @@ import pytest
 import bpe
 from conftest import VOCAB, checkpoint_dir
 import look_inside as li
-from plumbing import html_page
+from interface import html_page
 from plumbing.checkpoint import load_checkpoint
 
 

@@ -15,7 +15,8 @@ from gpt2_numpy import generate, gpt2
 from initialise import init_params
 import optimizer
 import train
-from plumbing import shapes, train_cli
+from interface import train_cli
+from plumbing import shapes
 
 BYTES = bpe.parse_vocab(*bpe.vocab_files([]))  # a vocabulary from scratch with no merge: 257 ids, <|endoftext|> 256
 ALPACA = "### Instruction:\nName a colour of the sky.\n\n### Response:\n"

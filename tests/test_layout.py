@@ -1,5 +1,6 @@
-"""The layout the README promises: the model needs NumPy alone, imports go one way, and what
-the program reads at run time lives outside tests/."""
+"""The layout the README promises: the model needs NumPy alone; two floors beside the chapters,
+plumbing/ below them and interface/ above; imports go one way; and what the program reads at run
+time lives outside tests/."""
 import ast
 import glob
 import json
@@ -10,12 +11,18 @@ import sys
 import bpe
 from conftest import FILE_ORDER, HERE, ROOT
 
-TOP = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
-PLUMBING = sorted("plumbing." + os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "plumbing", "*.py"))
+
+def folder_modules(folder):
+    return sorted(f"{folder}." + os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, folder, "*.py"))
                   if not p.endswith("__init__.py"))
-PROJECT = TOP + PLUMBING
-GLUE = {"plumbing.gpt2_cli", "plumbing.train_cli", "plumbing.evaluate_cli", "download", "plumbing.hub",
-        "plumbing.loading"}
+
+
+TOP = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
+PLUMBING = folder_modules("plumbing")
+INTERFACE = folder_modules("interface")
+PROJECT = TOP + PLUMBING + INTERFACE
+FLOOR = {**dict.fromkeys(PLUMBING, 0), **dict.fromkeys(TOP, 1), **dict.fromkeys(INTERFACE, 2)}
+GLUE = set(INTERFACE) | {"download", "plumbing.hub", "plumbing.fetching"}  # the command lines, and downloading
 
 
 def source(module):
@@ -29,47 +36,76 @@ def modules_loaded_by(statement):
 
 
 def test_the_model_needs_numpy_and_nothing_else():
+    """gpt2_numpy imports plumbing/errors.py and perhaps shapes.py (GPT-2's facts), which need the standard library alone."""
     loaded = modules_loaded_by("import gpt2_numpy")
     assert not {"requests", "urllib3", "tqdm", "regex"} & loaded
-    assert loaded & set(PROJECT) == {"gpt2_numpy", "plumbing.errors", "plumbing.shapes"}  # the standard library only
-    assert not {"requests", "tqdm", "regex"} & modules_loaded_by("import plumbing.errors")
+    assert "gpt2_numpy" in loaded and loaded & set(PROJECT) <= {"gpt2_numpy", "plumbing.errors", "plumbing.shapes"}
+    for helper in ("plumbing.errors", "plumbing.shapes"):
+        assert not {"numpy", "requests", "tqdm", "regex"} & modules_loaded_by(f"import {helper}"), helper
 
 
-def imports(path, top_only=False):
+def imports(path, top_only=False, main_only=False):
     """The project modules a file imports: anywhere in it (or, with top_only, when it is imported),
-    except under `if __name__ == "__main__":`, a script's entry point, which runs only when it is the program."""
+    except under `if __name__ == "__main__":`, a script's entry point, which runs only when it is the
+    program; with main_only, those of its entry point alone."""
     found = set()
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     main = {id(n) for n in ast.walk(tree) if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)}
 
-    def visit(node):
-        if id(node) in main or (top_only and isinstance(node, (ast.FunctionDef, ast.ClassDef))):
+    def visit(node, in_main=False):
+        in_main = in_main or id(node) in main
+        if (in_main and not main_only) or (top_only and isinstance(node, (ast.FunctionDef, ast.ClassDef))):
             return
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module == "plumbing":
-            found.update("plumbing." + a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
+        if in_main or not main_only:
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module in ("plumbing", "interface"):
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
         for child in ast.iter_child_nodes(node):
-            visit(child)
+            visit(child, in_main)
 
     visit(tree)
     return found & set(PROJECT)
 
 
+def graph():
+    """{module: the project modules it imports}, the __main__ hand-offs left out."""
+    return {m: imports(source(m)) for m in PROJECT}
+
+
+def test_every_import_goes_down_a_floor_or_along_one():
+    """plumbing/ (formats, helpers) < the chapters and commands < interface/ (the command lines): no file
+    imports from a floor above its own. Only a script's __main__ hand-off reaches up, to its command line."""
+    up = [(m, n) for m, imported in graph().items() for n in sorted(imported) if FLOOR[n] > FLOOR[m]]
+    assert up == [], up
+
+
+def test_a_top_level_file_reaches_interface_only_at_its_entry_point():
+    """Each command hands over to its own command line, interface/*_cli.py, and only in its
+    `if __name__ == "__main__":` hand-off; nothing else below interface/ imports it."""
+    handoffs = {m: imports(source(m), main_only=True) for m in TOP}
+    for m, handoff in handoffs.items():
+        assert len(handoff) <= 1 and all(n.startswith("interface.") and n.endswith("_cli") for n in handoff), m
+    taken = [n for handoff in handoffs.values() for n in handoff]
+    assert len(taken) == len(set(taken)) and len(taken) >= 7, taken  # one command line a command
+    for m in TOP + PLUMBING:
+        assert not imports(source(m)) & set(INTERFACE), m
+
+
 def test_no_import_cycle_among_the_projects_modules():
-    """Imports go one way, even those made inside a function when it is first called."""
-    graph = {m: imports(source(m)) for m in PROJECT}
-    done, path = set(), []
+    """Imports go one way, even those made inside a function when it is first called: drawn without
+    the __main__ hand-offs, the imports have no loop."""
+    edges, done, path = graph(), set(), []
 
     def walk(m):
         assert m not in path, f"an import cycle: {' -> '.join(path[path.index(m):] + [m])}"
         if m in done:
             return
         path.append(m)
-        for n in sorted(graph[m]):
+        for n in sorted(edges[m]):
             walk(n)
         path.pop()
         done.add(m)
@@ -79,23 +115,17 @@ def test_no_import_cycle_among_the_projects_modules():
 
 
 def test_the_model_knows_nothing_of_downloads_or_the_command_line():
-    graph = {m: imports(source(m)) for m in PROJECT}
-    assert graph["gpt2_numpy"] == {"plumbing.errors", "plumbing.shapes"} == imports(source("gpt2_numpy"), top_only=True)
+    edges = graph()
+    assert edges["gpt2_numpy"] <= {"plumbing.errors", "plumbing.shapes"}
+    assert edges["gpt2_numpy"] == imports(source("gpt2_numpy"), top_only=True)
     for low in ("gpt2_numpy", "backward", "optimizer", "plumbing.parallel"):
-        assert not graph[low] & (GLUE | {"train"}), (low, graph[low])
-
-
-def test_no_chapter_imports_the_command_line_glue():
-    """Glue may import chapters; a chapter (a top-level file that is not itself a command) never imports glue."""
-    chapters = {"gpt2_numpy", "bpe", "look_inside", "backward", "optimizer", "initialise", "parameters", "train",
-                "evaluate"}
-    for m in sorted(chapters):
-        assert not imports(source(m)) & {"plumbing.gpt2_cli", "plumbing.train_cli", "plumbing.evaluate_cli"}, m
+        assert not edges[low] & (GLUE | {"train"}), (low, edges[low])
 
 
 def test_the_top_level_is_a_table_of_contents():
     assert len(TOP) <= 15, TOP
-    assert PLUMBING and not glob.glob(os.path.join(ROOT, "plumbing", "*", "*.py")), "the plumbing is one flat folder"
+    for folder, modules in (("plumbing", PLUMBING), ("interface", INTERFACE)):
+        assert modules and not glob.glob(os.path.join(ROOT, folder, "*", "*.py")), f"{folder}/ is one flat folder"
 
 
 def test_what_the_program_reads_at_run_time_is_not_under_tests():
@@ -120,7 +150,8 @@ def test_the_readme_is_a_front_door_and_its_links_lead_somewhere():
     listed = re.findall(r"^    (\w+\.py|\w+/) ", readme, re.M)
     assert sorted(f for f in listed if f.endswith(".py")) == [f + ".py" for f in TOP], \
         "the README's map names every top-level module, and only those"
-    assert "plumbing/" in listed
-    with open(os.path.join(ROOT, "plumbing", "README.md"), encoding="utf-8") as f:
-        inside = set(re.findall(r"^    (\w+\.py) ", f.read(), re.M))
-    assert inside == {m.split(".")[1] + ".py" for m in PLUMBING}, "plumbing/README.md names every file in the folder"
+    assert {"plumbing/", "interface/"} <= set(listed)
+    for folder, modules in (("plumbing", PLUMBING), ("interface", INTERFACE)):
+        with open(os.path.join(ROOT, folder, "README.md"), encoding="utf-8") as f:
+            inside = set(re.findall(r"^    (\w+\.py) ", f.read(), re.M))
+        assert inside == {m.split(".")[1] + ".py" for m in modules}, f"{folder}/README.md names every file in it"

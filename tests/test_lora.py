@@ -17,7 +17,8 @@ import gpt2_numpy as g
 import optimizer
 import parameters
 import train
-from plumbing import peft_adapter, shapes, train_cli
+from interface import train_cli
+from plumbing import peft_adapter, shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.safetensors_reader import load_file
 

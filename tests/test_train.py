@@ -18,7 +18,8 @@ import backward
 from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT
 import optimizer
 import train
-from plumbing import shapes, train_cli
+from interface import train_cli
+from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError
 
@@ -364,9 +365,12 @@ def test_ctrl_c_during_a_save_leaves_no_hidden_folder(tiny_model, corpus, tmp_pa
     assert len(calls) > 1 and sorted(os.listdir(out))[-1] == "vocab.bpe"
 
 
-def test_ctrl_c_while_from_scratch_learns_its_vocabulary_is_one_line(tmp_path):
-    """SIGINT once the run has begun (its vocabulary's scratch folder beside --out exists), while
-    bpe.py learns 3,839 merges from Shakespeare: exit 130, one line, nothing left behind."""
+@pytest.mark.parametrize("stop, said", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")],
+                         ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_while_from_scratch_learns_its_vocabulary_is_one_line(tmp_path, stop, said):
+    """SIGINT (or SIGTERM: kill, timeout, a scheduler) once the run has begun (its vocabulary's scratch
+    folder beside --out exists), while bpe.py learns 3,839 merges from Shakespeare: exit 130, one line,
+    nothing left behind."""
     p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *SCRATCH, "--vocab-size", "4096", "--out",
                           str(tmp_path / "o"), "--steps", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -374,10 +378,27 @@ def test_ctrl_c_while_from_scratch_learns_its_vocabulary_is_one_line(tmp_path):
     while not glob.glob(str(tmp_path / ".vocab-*")) and p.poll() is None and time.time() < deadline:
         time.sleep(0.01)
     time.sleep(0.5)  # past the folder's making, well inside the seconds that the merges take
-    p.send_signal(signal.SIGINT)
+    p.send_signal(stop)
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 130 and err.strip() == "interrupted" and "Traceback" not in err, (p.returncode, err)
+    assert p.returncode == 130 and err.strip() == said and "Traceback" not in err, (p.returncode, err)
     assert os.listdir(tmp_path) == []
+
+
+def test_sigterm_in_the_loop_saves_the_steps_done_as_ctrl_c_does_and_leaves_no_scratch_folder(tmp_path):
+    """SIGTERM once a run from scratch has saved (its vocabulary still in .vocab-* beside --out): the
+    step under way is finished and saved, the scratch folder goes, exit 130; --resume goes on."""
+    out = tmp_path / "o"
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *SCRATCH, "--out", str(out), "--steps",
+                          "100000", "--save-every", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (out / "train_state.npz").exists() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "interrupted: saved step" in err and "Traceback" not in err, (p.returncode, err)
+    assert os.listdir(tmp_path) == ["o"]  # no .vocab-* nor .writing-* beside it
+    saved = json.loads((out / "train_config.json").read_text())
+    assert saved["from_scratch"] and os.path.exists(out / "encoder.json")
 
 
 # --- what a run saves, and where --------------------------------------------------------------
@@ -426,7 +447,7 @@ def test_help_names_no_default_of_none_and_one_for_warmup():
     r = run_train("--help")
     assert r.returncode == 0 and "(default: None)" not in r.stdout, r.stdout
     text = " ".join(r.stdout.split())
-    assert "--out OUT the folder to write the trained model to --models-dir" in text
+    assert "--out OUT the folder to write the trained model to --steps" in text
     assert "from scratch, if not given: data/tinyshakespeare.txt" in text
     assert "--warmup WARMUP steps of linear warm-up (default: a tenth of --steps, at most 20) --weight-decay" in text
     assert "(default: 256, or the model's n_ctx if it has fewer positions)" in text

@@ -42,7 +42,7 @@ import gpt2_numpy as g  # noqa: E402
 from initialise import init_params  # noqa: E402
 from plumbing import shapes  # noqa: E402
 from plumbing.checkpoint import write_checkpoint  # noqa: E402
-from plumbing.loading import load_model  # noqa: E402
+from interface.loading import load_model  # noqa: E402
 
 GOLDEN_JSON = os.path.join(HERE, "convert_golden.json")
 GOLDEN_NPZ = os.path.join(HERE, "convert_golden.npz")

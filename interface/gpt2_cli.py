@@ -9,7 +9,7 @@
     python gpt2_numpy.py "prompt" --draft lookup   speculative decoding (--draft MODEL: a draft model)
 
 Exit status: 0 done, 2 a user's mistake (one line on stderr, from a UserError), 130
-interrupted. Anything else is a bug and shows its traceback.
+interrupted (Ctrl-C or SIGTERM). Anything else is a bug and shows its traceback.
 """
 import argparse
 import codecs
@@ -20,30 +20,17 @@ import time
 
 import numpy as np
 
-import bpe
 import gpt2_numpy as g
 import look_inside
 import parameters
 import speculative
-from plumbing import loading, shapes
+from interface import loading
+from interface.bpe_cli import shown_token
+from interface.options import at_least, model_flags, user_message
+from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
-
-# The Python API's argument names, as the command line spells them.
-FLAGS = {"n_tokens": "--n-tokens", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-         "n_samples": "--n-samples", "trace_block": "--trace-block", "draft_tokens": "--draft-tokens"}
-
-
-def user_message(e):
-    """A UserError as the command-line user should read it: flags, not argument names."""
-    return f"{FLAGS[e.arg]} {e.message}" if e.arg in FLAGS else str(e)
-
-
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise ValueError
-    return value
+from plumbing.weights import load_weights
 
 
 def parse_args(argv):
@@ -57,12 +44,9 @@ def parse_args(argv):
     p.add_argument("prompt", nargs="?", default=None,
                    help="text to continue (or to score with --score, or to trace with --trace); "
                         "empty: sample unconditionally")
-    p.add_argument("--model", default="124M", help="124M (default), 355M, 774M, 1558M, a model folder (OpenAI's "
-                                                   "or Hugging Face's), or hf:owner/name[@revision] from the Hub")
-    p.add_argument("--models-dir", help="where model sizes are downloaded")
-    p.add_argument("--base-url", help="a mirror of OpenAI's model files")
+    model_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--threads", type=positive_int, default=None, help="BLAS threads (default: BLAS decides)")
+    p.add_argument("--threads", type=at_least(1), default=None, help="BLAS threads (default: BLAS decides)")
     p.add_argument("--quiet", action="store_true", help="no progress bars, no speed report")
     for add_flags in (generate_flags, score_flags, trace_flags, look_inside_flags, params_flags):
         add_flags(p)  # each subcommand's flags are defined beside its printing, below
@@ -388,11 +372,6 @@ def look_inside_flags(p):
                                                   "attention, the logit lens and the next-token table")
 
 
-def shown_token(encoder, i):
-    """A token's text for a table cell: control characters escaped, a newline as \\n."""
-    return encoder.decode([int(i)]).translate(bpe.SHOW)
-
-
 def quoted_token(encoder, i):
     """A token's text in quotes, a newline escaped once: '\\n' (repr does the escaping)."""
     return repr(encoder.decode([int(i)]))
@@ -440,7 +419,7 @@ def run_lens(args, encoder, hparams, params):
 
 
 def run_html(args, encoder, hparams, params):
-    from plumbing import html_page  # only this subcommand needs it
+    from interface import html_page  # only this subcommand needs it
 
     ids = encoder.encode(args.prompt)
     if len(ids) > hparams["n_ctx"]:
@@ -466,7 +445,7 @@ def print_params(model, models_dir):
         folder = loading.model_folder(model, models_dir)
         if not os.path.isdir(folder):
             raise UserError(f"{model} is not downloaded yet: run it once, or python download.py {model}")
-        return print_param_table({model: loading.load_weights(folder)})
+        return print_param_table({model: load_weights(folder)})
     loaded = {}
     for size in (shapes.SIZES if model == "all" else [model]):
         folder = loading.model_folder(size, models_dir)

@@ -8,7 +8,7 @@
 The flags become train.py's explicit arguments: the model (a released size, a folder,
 hf:owner/name, a new one, or the run saved in --out), the text's ids, the optimizer's state,
 and then train.train, the loop. Exit status: 0 done, 2 a user's mistake (one line on stderr),
-130 interrupted (in the loop, Ctrl-C first saves the steps done).
+130 interrupted (Ctrl-C or SIGTERM: in the loop, it first saves the steps done).
 """
 import argparse
 import os
@@ -22,17 +22,20 @@ from initialise import init_params
 from optimizer import new_adamw_state
 import parameters
 import train
-from plumbing import corpus, loading, peft_adapter, shapes
+from interface import loading
+from interface.options import model_flags
+from plumbing import corpus, peft_adapter, shapes
 from plumbing.checkpoint import check_writable
 from plumbing.errors import UserError, exit_status, fail, given_flags, read_json
 from plumbing.folders import check_new_folder
 from plumbing.memory import available_memory
+from plumbing.weights import load_weights
 
 DEFAULT_CONTEXT = 256  # tokens a training window holds, unless the model has fewer positions
 FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that began from nothing
 RECIPE = ("steps", "batch_size", "context", "accum", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip",
           "dropout", "seed", "beta2")  # train_step's settings, as flags
-NOT_SAVED = ("out", "resume", "quiet")  # every other flag is the run's, and --resume reads it back
+NOT_SAVED = ("out", "resume", "quiet", "base_url")  # every other flag is the run's, and --resume reads it back
 LORA_FLAGS = ("lora_rank", "lora_alpha", "lora_targets")  # a resumed run keeps them: its adapters are their shape
 
 
@@ -52,14 +55,12 @@ def parser():
     p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on documents or instruction "
                                                              "data, or train one from nothing (--from-scratch).",
                                 formatter_class=DefaultsHelp, allow_abbrev=False)
-    p.add_argument("--model", default="124M", help="124M, 355M, 774M, a model folder, or hf:owner/name")
+    model_flags(p)
     p.add_argument("--data", help="documents: a UTF-8 .txt file, a folder of them, or a .jsonl of {\"text\": ...} "
                                   "lines; or instruction data: a .jsonl of {\"prompt\": ..., \"response\": ...} "
                                   "lines (from scratch, if not given: data/tinyshakespeare.txt; with --resume: the "
                                   "saved run's)")
     p.add_argument("--out", required=True, help="the folder to write the trained model to")
-    p.add_argument("--models-dir", help="where model sizes are downloaded (default: $GPT2_MODELS_DIR, else "
-                                        "models/ beside train.py)")
     p.add_argument("--steps", type=int, default=200, help="optimizer steps in all")
     p.add_argument("--batch-size", type=int, default=4, help="windows a micro-batch holds")
     p.add_argument("--context", type=int, help=f"tokens a training window holds (default: {DEFAULT_CONTEXT}, or the "
@@ -246,8 +247,8 @@ def saved_model(args):
                            available_memory(), adapter_size(args, hparams))
     # a resumed LoRA run goes on from its base model (--out holds the merged one) and its saved adapter
     folder = args.out if args.resume and not args.lora_rank else loading.fetch_model(args.model, args.models_dir,
-                                                                                      quiet=args.quiet)
-    hparams, params = loading.load_weights(folder)
+                                                                                      args.base_url, quiet=args.quiet)
+    hparams, params = load_weights(folder)
     check_writable(hparams, args.out)  # before training, not at the first save
     args.context = args.context or min(DEFAULT_CONTEXT, hparams["n_ctx"])  # saved with the run's flags
     return folder, bpe.get_encoder(folder), hparams, params

@@ -7,44 +7,26 @@
 
 Each prints a short table, or with --json one JSON object on stdout, and only when the work is
 done, so an interruption leaves nothing half-written. Exit status: 0 done, 2 a user's mistake
-(one line on stderr), 130 interrupted. Anything else is a bug and shows its traceback.
+(one line on stderr), 130 interrupted (Ctrl-C or SIGTERM). Anything else is a bug and shows
+its traceback.
 """
 import argparse
 import json
 import sys
 
 import evaluate
-from plumbing import loading
+from interface import loading
+from interface.options import at_least, model_flags, user_message
 from plumbing.corpus import read_documents
 from plumbing.errors import UserError, exit_status, fail, read_text
 from plumbing.progress import progress
 
-FLAGS = {"context": "--context", "stride": "--stride"}  # the Python API's argument names, as flags
-
-
-def user_message(e):
-    """A UserError as the command-line user should read it: flags, not argument names."""
-    return f"{FLAGS[e.arg]} {e.message}" if e.arg in FLAGS else str(e)
-
-
-def whole(least):
-    def parse(text):
-        value = int(text)
-        if value < least:
-            raise ValueError
-        return value
-    parse.__name__ = f"whole number >= {least}"
-    return parse
-
 
 def parse_args(argv):
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--model", default="124M", help="124M (default), 355M, 774M, 1558M, a model folder, "
-                                                        "or hf:owner/name from the Hub")
-    common.add_argument("--models-dir", help="where model sizes are downloaded")
-    common.add_argument("--base-url", help="a mirror of OpenAI's model files")
-    common.add_argument("--batch-size", type=whole(1), default=8, help="texts or windows in one forward pass (8)")
-    common.add_argument("--limit", type=whole(1), help="only the first N items (documents, lines)")
+    model_flags(common)
+    common.add_argument("--batch-size", type=at_least(1), default=8, help="texts or windows in one forward pass (8)")
+    common.add_argument("--limit", type=at_least(1), help="only the first N items (documents, lines)")
     common.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     common.add_argument("--quiet", action="store_true", help="no progress display")
     p = argparse.ArgumentParser(prog="evaluate.py", allow_abbrev=False,

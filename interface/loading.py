@@ -1,23 +1,20 @@
 """Loading a model by its name: a released size, a folder on disk, or hf:owner/name from the Hub.
 
     import gpt2_numpy as g
-    from plumbing.loading import load_model
+    from interface.loading import load_model
     encoder, hparams, params = load_model("124M")
     ids = encoder.encode("Alan Turing theorized that")
     tokens = [int(t[0]) for t in g.generate(ids, params, hparams, n_tokens=20, seed=0)]
 
 gpt2_numpy.py is the model and needs only NumPy; everything that finds, downloads and reads
-files is here and below: download.py (OpenAI's files over HTTP), hub.py (the Hugging Face
-Hub), checkpoint.py (TensorFlow's format), hf_model.py (a Hugging Face folder), bpe.py (the
-tokenizer's files).
+files is here and below: download.py (OpenAI's files over HTTP), plumbing/hub.py (the Hugging
+Face Hub), plumbing/weights.py (the weights, in TensorFlow's format or Hugging Face's), bpe.py
+(the tokenizer's files).
 """
-import sys
-
 import bpe
 import download
-from plumbing import hf_model, hub
-from plumbing.checkpoint import load_checkpoint
-from plumbing.errors import UserError
+from plumbing import hub
+from plumbing.weights import check_tokenizer_fits, load_weights
 
 
 def model_folder(model, models_dir=None):
@@ -34,23 +31,11 @@ def fetch_model(model, models_dir=None, base_url=None, quiet=False, tries=5, bac
     return download.download_model(model, models_dir, base_url, quiet=quiet, tries=tries, backoff=backoff)
 
 
-def load_weights(folder):
-    """-> (hparams, params) from OpenAI's TensorFlow checkpoint or a Hugging Face safetensors folder."""
-    if hf_model.is_hf_folder(folder):
-        hparams, params, converted = hf_model.load_hf_folder(folder)
-        if converted:
-            print(f"note: {' and '.join(sorted(converted))} weights were converted once to float32", file=sys.stderr)
-        return hparams, params
-    return load_checkpoint(folder)
-
-
 def load_model(model="124M", models_dir=None, base_url=None, quiet=False):
     """-> (encoder, hparams, params) for a size (downloaded on first use), a checkpoint folder,
     a Hugging Face folder, or hf:owner/name from the Hub."""
     folder = fetch_model(model, models_dir, base_url, quiet=quiet)
     hparams, params = load_weights(folder)
     encoder = bpe.get_encoder(folder)
-    if encoder.n_vocab > hparams["n_vocab"]:  # it would make ids that the model has no row for
-        raise UserError(f"its vocabulary has {encoder.n_vocab:,} ids, its model {hparams['n_vocab']:,}: the "
-                        "tokenizer's files and the weights come from different models", path=folder)
+    check_tokenizer_fits(encoder.n_vocab, hparams, folder)
     return encoder, hparams, params

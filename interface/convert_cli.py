@@ -1,0 +1,39 @@
+"""The command line of convert.py: which model, where to write it, and in which format.
+
+    python convert.py MODEL OUT --to hf       # MODEL: a size, a model folder or hf:owner/name
+    python convert.py MODEL OUT --to openai
+
+OUT is checked first, then MODEL is fetched (a size or a Hub model is downloaded on first use),
+then convert.convert writes OUT. Exit status: 0 done, 2 a user's mistake (one line on stderr),
+130 interrupted (Ctrl-C or SIGTERM), with nothing of OUT left behind.
+"""
+import argparse
+import sys
+
+import convert
+from interface import loading
+from interface.options import model_flags
+from plumbing.errors import exit_status, fail
+from plumbing.folders import check_new_folder
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="convert.py", allow_abbrev=False,
+                                description="Write a GPT-2 as a Hugging Face folder or as OpenAI's files.",
+                                epilog="transformers, TransformerLens and lm-eval load --to hf's folder; every "
+                                       "command here loads either (docs/fine_tuning.md).")
+    model_flags(p, positional=True)
+    p.add_argument("out", metavar="OUT", help="the folder to write (it must not exist)")
+    p.add_argument("--to", required=True, choices=list(convert.FORMATS),
+                   help="hf: Hugging Face's format; openai: OpenAI's")
+    p.add_argument("--quiet", action="store_true", help="no progress display while downloading")
+    p.error = fail
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    return exit_status(lambda: run(args))
+
+
+def run(args):
+    check_new_folder(args.out, advice="choose a new folder for OUT", empty_ok=False)  # before any download
+    folder = loading.fetch_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    out = convert.convert(folder, args.out, args.to)
+    print(f"wrote {out}: {args.model} in {convert.FORMATS[args.to]} format")

@@ -1,0 +1,38 @@
+"""The command line of handout.py: list the exercises, or write a copy with some left to do.
+
+    python handout.py --list          # the exercises, their functions and tests, where each runs
+    python handout.py class/ 1 4 9    # a copy with exercises 1, 4 and 9 to do (none given: all)
+
+Exit status: 0 done, 2 a user's mistake (one line on stderr), 130 interrupted (Ctrl-C or
+SIGTERM), with no half-written copy left behind.
+"""
+import argparse
+
+import handout
+from plumbing.errors import exit_status, fail
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="handout.py", description="Write a copy of the project with exercises left to do.")
+    p.add_argument("out", nargs="?", help="a new (or empty) folder for the copy")
+    p.add_argument("numbers", nargs="*", type=int, help="the exercises (default: all)")
+    p.add_argument("--list", action="store_true", help="list the exercises")
+    p.error = fail
+    args = p.parse_args(argv)
+    return exit_status(lambda: run(args))
+
+
+def run(args):
+    """--list (or no folder): every exercise; else the copy, and what each program then needs done."""
+    if args.list or not args.out:
+        for number, (title, fns, _, where) in handout.EXERCISES.items():
+            tests = ", ".join(handout.tests(number))
+            print(f"{number:>2}. {title}: {', '.join(f for _, f, _ in fns)}  (tests: {tests}; runs in {handout.WHERE[where]})")
+        print()
+        print("\n".join(handout.programs_waiting(list(handout.EXERCISES))))
+        return
+    numbers = args.numbers or list(handout.EXERCISES)
+    handout.write_handout(args.out, numbers)
+    print(f"{args.out}: exercises {', '.join(map(str, numbers))} to do; "
+          f"run the tests there with python -m pytest -q -k NAME")
+    print("\n".join(handout.programs_waiting(numbers)))
