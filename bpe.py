@@ -38,6 +38,7 @@ from operator import itemgetter
 
 import regex
 
+from plumbing import corpus
 from plumbing.errors import UserError
 from plumbing.folders import check_new_folder, whole_folder
 from plumbing.progress import EVERY, progress
@@ -344,7 +345,7 @@ def learn_merge(pieces, new_id):
 def pretokenize(text):
     """The pieces a trainer merges within. text: one text, or a list of documents, each cut on its
     own, so that no piece, and so no merge, crosses from one document into the next."""
-    documents = [text] if isinstance(text, str) else text
+    documents = corpus.as_documents(text)
     return [piece for document in documents for piece in PRETOKENIZE.findall(document)]
 
 
@@ -492,7 +493,7 @@ def train_vocab(text, vocab_size, quiet=True):
     if vocab_size < 257:
         raise UserError(f"must be at least 257 (256 bytes and <|endoftext|>), got {vocab_size}", arg="--vocab-size")
     wanted = vocab_size - 257
-    documents = [text] if isinstance(text, str) else text
+    documents = corpus.as_documents(text)
     most = max(sum(len(d.encode("utf-8")) for d in documents) - 1, 0)  # a merge uses up at least one adjacent pair
     with merge_progress(min(wanted, most), quiet) as on_merge:
         merges = train_merges_fast(text, wanted, on_merge=on_merge)

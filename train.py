@@ -32,7 +32,7 @@ from backward import IGNORE, loss_and_grads
 from gpt2_numpy import generate, gpt2, next_token_loss
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate
 import parameters
-from plumbing import peft_adapter, shapes
+from plumbing import corpus, peft_adapter, shapes
 from plumbing.checkpoint import write_checkpoint
 from plumbing.errors import UserError, ctrl_c_waits
 from plumbing.memory import check_fits
@@ -92,7 +92,7 @@ def text_ids(encoder, text, val_fraction, context):
     """The ids to train and validate on. text: one text, or a list of documents (split_documents,
     then document_ids: one document is one text). -> (train ids, validation ids), each at least a
     context and its next token."""
-    documents = [text] if isinstance(text, str) else text
+    documents = corpus.as_documents(text)
     if len(documents) == 1:  # cut in two: the document's end, and its <|endoftext|>, is in the last part with text
         train_text, val_text = split_text(documents[0], val_fraction)
         marked = encoder.eot is not None
@@ -277,11 +277,7 @@ def merged(params):
 
 def trainable(params):
     """A writable float32 copy of params (the loaded ones are read-only views into the file)."""
-    if isinstance(params, dict):
-        return {k: trainable(v) for k, v in params.items()}
-    if isinstance(params, list):
-        return [trainable(v) for v in params]
-    return np.array(params, dtype=np.float32)
+    return shapes.map_tensors(lambda a: np.array(a, dtype=np.float32), params)
 
 
 def accumulate(total, grads):

@@ -17,6 +17,11 @@ SEPARATOR = "\n\n"  # the old way between two documents: a blank line, as betwee
 TEXT, INSTRUCTION = ("text",), ("prompt", "response")  # a .jsonl line's keys: a document, or an example
 
 
+def as_documents(text):
+    """One text, or a list of documents -> the list of documents (one text is one document)."""
+    return [text] if isinstance(text, str) else text
+
+
 def read_corpus(paths):
     """-> (documents, examples): documents [text, ...] (read_documents), and examples
     [(prompt, response), ...] when the data is instruction data, else None. The documents of

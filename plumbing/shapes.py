@@ -102,3 +102,13 @@ def block_index(name):
     None for a name outside the blocks (wte, wpe, ln_f)."""
     first = name.replace("/", ".").split(".", 1)[0]
     return int(first[1:]) if first[:1] == "h" and first[1:].isdigit() else None
+
+
+def map_tensors(f, params):
+    """params (dicts and lists of arrays, nested any way: a model, its gradients, a LoRA run's
+    adapters) with f(array) in place of each array, the nesting and every other value kept."""
+    if isinstance(params, dict):
+        return {k: map_tensors(f, v) for k, v in params.items()}
+    if isinstance(params, list):
+        return [map_tensors(f, v) for v in params]
+    return f(params) if hasattr(params, "shape") else params

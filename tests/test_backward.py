@@ -192,19 +192,11 @@ def test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits(mode
     assert np.abs(grads["wte"][touched] - head_only[touched]).max() > 1e-4  # the gather adds to these rows
 
 
-def as_float64(params):
-    if isinstance(params, dict):
-        return {k: as_float64(v) for k, v in params.items()}
-    if isinstance(params, list):
-        return [as_float64(v) for v in params]
-    return np.array(params, np.float64) if hasattr(params, "shape") else params
-
-
 def test_the_model_with_dropout_by_finite_differences(models):
     """Every dropout site (the embeddings, the attention weights, both branches) in the backward:
     the same seed gives the same masks, so the loss is a function of the weights alone."""
     hp, params = models["odd"]
-    params = as_float64(params)
+    params = shapes.map_tensors(lambda a: np.array(a, np.float64), params)
     ids, targets = GOLDEN["odd/ids"][:, :6], GOLDEN["odd/targets"][:, :6]
 
     def loss():

@@ -15,6 +15,7 @@ import bpe
 import gpt2_numpy as g
 import initialise
 import speculative as spec
+from plumbing import shapes
 from plumbing.checkpoint import write_checkpoint
 
 PROMPT = [80, 66, 67, 37, 84]  # odd's greedy path from here has 11 different ids in 24, and repeats for lookup
@@ -23,15 +24,7 @@ PROMPT = [80, 66, 67, 37, 84]  # odd's greedy path from here has 11 different id
 def perturbed(params, scale, seed):
     """A copy of the weights with noise of `scale` times each tensor's spread: a draft that mostly agrees."""
     rng = np.random.default_rng(seed)
-
-    def noisy(x):
-        if isinstance(x, dict):
-            return {k: noisy(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [noisy(v) for v in x]
-        return (x + scale * x.std() * rng.standard_normal(x.shape)).astype(np.float32)
-
-    return noisy(params)
+    return shapes.map_tensors(lambda x: (x + scale * x.std() * rng.standard_normal(x.shape)).astype(np.float32), params)
 
 
 @pytest.fixture(scope="module")

@@ -63,6 +63,13 @@ def test_a_trainable_copy_is_writable():
     assert np.array_equal(copy["wte"], params["wte"])
 
 
+def test_map_tensors_maps_every_array_and_keeps_the_nesting():
+    params = {"wte": np.ones(2), "blocks": [{"attn": {"c_attn": {"w": np.zeros((1, 2)), "lora": {"scale": 2.0}}}}]}
+    doubled = shapes.map_tensors(lambda a: a + 1, params)
+    assert doubled["wte"].tolist() == [2, 2] and doubled["blocks"][0]["attn"]["c_attn"]["w"].tolist() == [[1, 1]]
+    assert doubled["blocks"][0]["attn"]["c_attn"]["lora"] == {"scale": 2.0} and params["wte"].tolist() == [1, 1]
+
+
 def train_args(model, data, out, *more):
     return ["--model", model, "--data", str(data), "--out", str(out), "--steps", "12", "--batch-size", "2",
             "--context", "16", "--warmup", "3", "--lr", "3e-3", "--eval-every", "6", "--sample-every", "12",
