@@ -56,7 +56,7 @@ def split_text(text, val_fraction):
     return text[:cut], text[cut:]
 
 
-def held_out(sizes, val_fraction):
+def held_out_count(sizes, val_fraction):
     """How many of the last documents (or examples) the validation part holds: the fewest whose
     characters (sizes: each one's) make at least val_fraction of all, at least one, and at least
     one left to train on; 0 when val_fraction is 0."""
@@ -69,10 +69,10 @@ def held_out(sizes, val_fraction):
 
 def split_documents(documents, val_fraction):
     """-> (training documents, validation documents). Several: the split falls between documents,
-    the last held_out ones held out. One: split_text cuts its text, as one text always was cut."""
+    the last held_out_count of them held out. One: split_text cuts its text."""
     if len(documents) == 1:
         return tuple([part] for part in split_text(documents[0], val_fraction))
-    cut = len(documents) - held_out([len(d) for d in documents], val_fraction)
+    cut = len(documents) - held_out_count([len(d) for d in documents], val_fraction)
     return documents[:cut], documents[cut:]
 
 
@@ -144,8 +144,8 @@ def example_row(ids, n_prompt):
 def example_rows(encoder, examples, val_fraction, context):
     """Instruction data to train and validate on: [(prompt, response)] -> (training rows,
     validation rows, how many examples were cut), a row an example's (inputs, targets); the
-    last held_out examples are held out."""
-    held = held_out([len(p) + len(r) for p, r in examples], val_fraction)
+    last held_out_count examples are held out."""
+    held = held_out_count([len(p) + len(r) for p, r in examples], val_fraction)
     if val_fraction and not held:
         raise UserError("one example leaves none to hold out for validation: give more, or --val-fraction 0")
     rows, cut = [], 0
@@ -260,7 +260,7 @@ def with_adapters(params, adapters, scale):
     return {**params, "blocks": blocks}
 
 
-def merged(params):
+def merged_model(params):
     """The model a LoRA run writes: w + s A B in each adapted layer (a new array), every other tensor as it is."""
     blocks = []
     for block in params["blocks"]:
@@ -275,7 +275,7 @@ def merged(params):
     return {**params, "blocks": blocks}
 
 
-def trainable(params):
+def writable_copy(params):
     """A writable float32 copy of params (the loaded ones are read-only views into the file)."""
     return shapes.map_tensors(lambda a: np.array(a, dtype=np.float32), params)
 
@@ -284,7 +284,7 @@ def accumulate(total, grads):
     """total += grads, tensor by tensor (the first micro-batch's grads are copied: its wte
     gradient is a buffer that the next micro-batch writes over)."""
     if total is None:
-        return trainable(grads)  # a float32 copy of every array
+        return writable_copy(grads)  # a float32 copy of every array
     into = shapes.flatten(total)
     for name, a in shapes.flatten(grads).items():
         into[name] += a
@@ -400,7 +400,7 @@ def save(folder, params, hparams, state, vocab_dir, config, lora=None):
              CONFIG_FILE: json.dumps(config, indent=1).encode()}
     if lora:
         extra |= peft_adapter.adapter_files(lora["adapters"], lora["alpha"], lora["targets"], lora["base"])
-        params = merged(params)
+        params = merged_model(params)
     write_checkpoint(folder, params, hparams, vocab_dir=vocab_dir, extra=extra)
 
 

@@ -70,7 +70,7 @@ RECIPES = {"finetune-step": dict(batch_size=4, context=64, lr=1e-4, warmup=20, w
 def step_run(args, m, hp, params, train_ids):
     """A function that makes one training step of checkout m and returns its time."""
     train = m["train"]
-    params = train.trainable(params)
+    params = train.writable_copy(params)
     state = m["optimizer"].new_adamw_state(params)
     recipe = dict(RECIPES[args.what], steps=10 ** 6, accum=1, min_lr_ratio=0.1, grad_clip=1.0, dropout=0.0, seed=0)
     buffers, step = {}, [0]

@@ -42,7 +42,7 @@ def speed(args):
     import train
     from plumbing.checkpoint import load_checkpoint
     hp, base = load_checkpoint(args.folder)
-    full = train.trainable(base)
+    full = train.writable_copy(base)
     adapters = train.new_adapters(base, args.rank, args.targets.split(","), seed=0)
     lora = train.with_adapters(base, adapters, 1.0)
     runs = {"full": (full, optimizer.new_adamw_state(full), None),

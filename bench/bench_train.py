@@ -57,7 +57,7 @@ def numpy_step(args):
     import train
     from plumbing.checkpoint import load_checkpoint
     hp, params = load_checkpoint(args.folder)
-    params = train.trainable(params)  # the read-only file views are dropped here
+    params = train.writable_copy(params)  # the read-only file views are dropped here
     state, buffers = optimizer.new_adamw_state(params), {}
     tokens = np.random.default_rng(0).integers(0, hp["n_vocab"], 100_000)
     recipe = dict(steps=args.steps, batch_size=args.batch_size, context=args.context, accum=1, lr=1e-4,

@@ -313,7 +313,7 @@ def run(args):
         elif lora:  # the weights stay the file's read-only maps: only the adapters are trained
             params = train.with_adapters(params, lora["adapters"], args.lora_alpha / args.lora_rank)
         else:
-            params = train.trainable(params)
+            params = train.writable_copy(params)
         trained = lora["adapters"] if lora else params
         state = train.load_state(args.out, trained) if args.resume else new_adamw_state(trained)
         if state["step"] >= args.steps:

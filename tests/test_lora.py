@@ -146,7 +146,7 @@ def test_the_merged_model_is_the_base_plus_the_adapter(models):
     hp, params = models["odd"]
     adapters = golden_adapters("odd")
     lora_params = train.with_adapters(params, adapters, 3.0)
-    merged = train.merged(lora_params)
+    merged = train.merged_model(lora_params)
     ids = GOLDEN["odd/ids"]
     a, b = g.gpt2(ids, merged, hp), g.gpt2(ids, lora_params, hp)
     assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max()
@@ -202,17 +202,17 @@ def test_a_lora_run_writes_the_merged_model_and_peft_adapter_files(tiny_model, l
 
 
 def test_a_lora_run_never_copies_the_weights(tiny_model, corpus, tmp_path, monkeypatch):
-    """train.py --lora-rank trains on the checkpoint's read-only maps themselves: no trainable copy is made."""
+    """train.py --lora-rank trains on the checkpoint's read-only maps themselves: no writable copy is made."""
     seen, loop = {}, train.train
 
     def no_copy(params):
-        raise AssertionError("a LoRA run copied the weights (train.trainable)")
+        raise AssertionError("a LoRA run copied the weights (train.writable_copy)")
 
     def watched(params, *args, **kwargs):
         seen["params"] = params
         return loop(params, *args, **kwargs)
 
-    monkeypatch.setattr(train, "trainable", no_copy)
+    monkeypatch.setattr(train, "writable_copy", no_copy)
     monkeypatch.setattr(train, "train", watched)
     assert train_cli.main(lora_args(tiny_model, corpus, tmp_path / "run", "--steps", "2")) == 0
     frozen = {k: a for k, a in shapes.flatten(seen["params"]).items() if "/lora/" not in k}

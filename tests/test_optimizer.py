@@ -8,7 +8,7 @@ import pytest
 import backward
 from conftest import GRAD_GOLDEN as GOLDEN
 import optimizer
-from train import trainable
+from train import writable_copy
 from plumbing import shapes
 
 
@@ -17,7 +17,7 @@ def test_ten_adamw_steps_give_torchs_losses(models, case, name):
     """As llm.c's test_gpt2: one batch, ten steps (lr 1e-3, weight decay 0.1 on matrices and
     embeddings, gradients clipped to norm 1), every loss against torch.optim.AdamW's."""
     hp, params = models[name]
-    params = trainable(params)
+    params = writable_copy(params)
     state = optimizer.new_adamw_state(params)
     ids, targets = GOLDEN[f"{case}/ids"], GOLDEN[f"{case}/targets"]
     losses = []
@@ -55,7 +55,7 @@ def test_the_fast_adamw_is_the_plain_one(models, monkeypatch):
     """The same update in another order of operations: equal to float32's rounding."""
     monkeypatch.setattr(optimizer, "CHUNK", 1000)  # many chunks, some cut short, even on the small model
     hp, params = models["odd"]
-    a, b = trainable(params), trainable(params)
+    a, b = writable_copy(params), writable_copy(params)
     sa, sb = optimizer.new_adamw_state(a), optimizer.new_adamw_state(b)
     for step in range(3):
         _, grads = backward.loss_and_grads(GOLDEN["odd/ids"], GOLDEN["odd/targets"], a, hp)
@@ -73,7 +73,7 @@ def test_the_fast_adamw_is_the_plain_one(models, monkeypatch):
 def test_clipping_folded_into_the_fast_adamw_is_clip_then_adamw_bit_for_bit(models, monkeypatch):
     monkeypatch.setattr(optimizer, "CHUNK", 1000)
     hp, params = models["odd"]
-    a, b = trainable(params), trainable(params)
+    a, b = writable_copy(params), writable_copy(params)
     sa, sb = optimizer.new_adamw_state(a), optimizer.new_adamw_state(b)
     _, grads = backward.loss_and_grads(GOLDEN["odd/ids"], GOLDEN["odd/targets"], a, hp)
     scale = optimizer.clip_scale(optimizer.grad_norm(grads), 0.1)

@@ -31,13 +31,13 @@ def test_a_step_accumulating_two_micro_batches_in_reused_buffers(models):
     recipe = dict(seed=3, accum=2, batch_size=2, context=8, dropout=0.0, grad_clip=0.5, lr=1e-3, warmup=0, steps=10,
                   min_lr_ratio=0.1, weight_decay=0.1)
     ids = np.random.default_rng(0).integers(0, hp["n_vocab"], 200)
-    a, b = train.trainable(params), train.trainable(params)
+    a, b = train.writable_copy(params), train.writable_copy(params)
     sa, sb = optimizer.new_adamw_state(a), optimizer.new_adamw_state(b)
     loss = train.train_step(a, hp, sa, ids, 4, buffers={}, **recipe)
     rng = np.random.default_rng([3, 4])
     runs = [backward.loss_and_grads(*train.batch(ids, 2, 8, rng), b, hp) for _ in range(2)]
     mean = {k: (x + shapes.flatten(runs[1][1])[k]) / 2 for k, x in shapes.flatten(runs[0][1]).items()}
-    grads = train.trainable(shapes.nest(mean, hp["n_layer"]))
+    grads = train.writable_copy(shapes.nest(mean, hp["n_layer"]))
     optimizer.clip_grad_norm(grads, 0.5)
     optimizer.adamw_step_fast(b, grads, sb, optimizer.learning_rate(4, 1e-3, 0, 10, 1e-4), weight_decay=0.1)
     assert loss == pytest.approx((runs[0][0] + runs[1][0]) / 2, rel=1e-6)
@@ -54,10 +54,10 @@ def test_accumulation_copies_the_first_micro_batchs_gradients(models):
     assert not np.shares_memory(total["wte"], buffers["dwte"]) and np.array_equal(total["wte"], grads["wte"])
 
 
-def test_a_trainable_copy_is_writable():
+def test_a_writable_copy_is_writable_float32():
     from plumbing import hf_model
     _, params, _ = hf_model.load_hf_folder(os.path.join(DATA, "hf", "inner"))
-    copy = train.trainable(params)
+    copy = train.writable_copy(params)
     assert set(copy["ln_f"]) == set(copy["blocks"][2]["ln_2"]) == {"g", "b"}  # the eps is the hparams'
     assert copy["wte"].flags.writeable and not np.shares_memory(copy["wte"], params["wte"])
     assert np.array_equal(copy["wte"], params["wte"])
@@ -131,7 +131,7 @@ def run_interrupted(tiny_model, corpus, tmp_path, monkeypatch, at_call, interrup
     stopped = tmp_path / "stopped"
     code = train_cli.main(train_args(tiny_model, corpus, stopped))
     monkeypatch.setattr(train, "grad_norm", norm)
-    return code, train.load_state(str(stopped), train.trainable(load_checkpoint(str(stopped))[1]))["step"], stopped
+    return code, train.load_state(str(stopped), train.writable_copy(load_checkpoint(str(stopped))[1]))["step"], stopped
 
 
 def resumed_and_straight(tiny_model, corpus, tmp_path, stopped):
@@ -326,7 +326,7 @@ def test_train_is_the_loop_the_command_line_runs(tiny_model, corpus, tmp_path, c
     cli = tmp_path / "cli"
     assert train_cli.main(train_args(tiny_model, corpus, cli)) == 0
     hp, params = load_checkpoint(tiny_model)
-    params, encoder = train.trainable(params), bpe.get_encoder(tiny_model)
+    params, encoder = train.writable_copy(params), bpe.get_encoder(tiny_model)
     train_ids, val_ids = train.text_ids(encoder, corpus.read_text(encoding="utf-8"), 0.1, 16)
     recipe = dict(steps=12, batch_size=2, context=16, accum=1, lr=3e-3, min_lr_ratio=0.1, warmup=3, weight_decay=0.1,
                   grad_clip=1.0, dropout=0.0, seed=0, beta2=0.999)
@@ -368,7 +368,7 @@ def test_ctrl_c_during_a_save_leaves_no_hidden_folder(tiny_model, corpus, tmp_pa
     assert train_cli.main(train_args(tiny_model, corpus, out)) == 130
     assert os.listdir(tmp_path) == ["run"], os.listdir(tmp_path)
     assert "interrupted: saved step 6 in" in capsys.readouterr().err
-    assert train.load_state(str(out), train.trainable(load_checkpoint(str(out))[1]))["step"] == 6
+    assert train.load_state(str(out), train.writable_copy(load_checkpoint(str(out))[1]))["step"] == 6
     assert len(calls) > 1 and sorted(os.listdir(out))[-1] == "vocab.bpe"
 
 
@@ -569,10 +569,10 @@ def test_a_step_and_the_validation_use_the_models_layer_norm_eps():
     recipe = dict(steps=10, batch_size=2, context=8, accum=1, lr=1e-3, min_lr_ratio=0.1, warmup=0, weight_decay=0.1,
                   grad_clip=1.0, dropout=0.0, seed=0)
     x, y = train.batch(ids, 2, 8, np.random.default_rng([0, 0]))  # the step's batch: seeded by (seed, step)
-    want = backward.loss_and_grads(x, y, train.trainable(params), hp)[0]
-    got = train.train_step(train.trainable(params), hp, optimizer.new_adamw_state(params), ids, 0, **recipe)
+    want = backward.loss_and_grads(x, y, train.writable_copy(params), hp)[0]
+    got = train.train_step(train.writable_copy(params), hp, optimizer.new_adamw_state(params), ids, 0, **recipe)
     assert got == pytest.approx(want, rel=1e-6)
-    assert got != pytest.approx(backward.loss_and_grads(x, y, train.trainable(params), gpt2s_eps)[0], rel=1e-6)
+    assert got != pytest.approx(backward.loss_and_grads(x, y, train.writable_copy(params), gpt2s_eps)[0], rel=1e-6)
     val = train.validation_loss(params, hp, ids, 8)
     assert val != pytest.approx(train.validation_loss(params, gpt2s_eps, ids, 8), rel=1e-6)
 
