@@ -210,70 +210,6 @@ def check_memory(hparams, batch_size, context, free, adapter_size=0):
 # ============================================================================
 # 3. The step
 # ============================================================================
-# LoRA (Hu et al., 2021) trains two small matrices beside each targeted weight, y = x w + b + s (x A) B,
-# and leaves every weight frozen: the adapters are the only tensors with gradients and moments.
-
-LORA_TARGETS = {"c_attn": (("attn", "c_attn"),), "c_proj": (("attn", "c_proj"), ("mlp", "c_proj")),
-                "c_fc": (("mlp", "c_fc"),)}  # --lora-targets' names (PEFT's): c_proj is the attention's and the MLP's
-
-
-def lora_layers(targets):
-    """The (part, layer) pairs of a block that the targets name, in the order the data meets them."""
-    wanted = {pair for t in targets for pair in LORA_TARGETS[t]}
-    return [pair for pair in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj"))
-            if pair in wanted]
-
-
-def lora_size(hparams, rank, targets):
-    """The adapters' parameters: R (n_in + n_out) for each targeted layer of every block."""
-    block = shapes.block_shapes(hparams["n_embd"], hparams.get("n_inner"))
-    return hparams["n_layer"] * sum(rank * sum(block[f"{part}/{layer}/w"]) for part, layer in lora_layers(targets))
-
-
-def new_adapters(params, rank, targets, seed):
-    """LoRA's A [n_in, R] and B [R, n_out] for each targeted layer of every block, started as PEFT starts
-    them: A uniform in ±1/√n_in (torch's kaiming_uniform_ with a = √5), B zero, so that at step 0 the
-    model is the base model. -> {"blocks": [{"attn": {"c_attn": {"lora": {"A", "B"}}}, ...}, ...]}"""
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))  # apart from the steps' [seed, step]
-    adapters = {"blocks": []}
-    for block in params["blocks"]:
-        adapters["blocks"].append({})
-        for part, layer in lora_layers(targets):
-            n_in, n_out = block[part][layer]["w"].shape
-            bound = 1.0 / math.sqrt(n_in)
-            adapters["blocks"][-1].setdefault(part, {})[layer] = {"lora": {
-                "A": rng.uniform(-bound, bound, (n_in, rank)).astype(np.float32),
-                "B": np.zeros((rank, n_out), np.float32)}}
-    return adapters
-
-
-def with_adapters(params, adapters, scale):
-    """params with each adapter in its layer, {"w", "b", "lora": {"A", "B", "scale"}}, which linear() and
-    the backward read: new dicts around the same arrays (the frozen weights stay the file's maps)."""
-    blocks = []
-    for block, adapted in zip(params["blocks"], adapters["blocks"]):
-        block = {**block, "attn": dict(block["attn"]), "mlp": dict(block["mlp"])}
-        for part, layers in adapted.items():
-            for layer, adapter in layers.items():
-                block[part][layer] = {**block[part][layer], "lora": {**adapter["lora"], "scale": scale}}
-        blocks.append(block)
-    return {**params, "blocks": blocks}
-
-
-def merged_model(params):
-    """The model a LoRA run writes: w + s A B in each adapted layer (a new array), every other tensor as it is."""
-    blocks = []
-    for block in params["blocks"]:
-        block = {**block, "attn": dict(block["attn"]), "mlp": dict(block["mlp"])}
-        for part in ("attn", "mlp"):
-            for layer, tensors in block[part].items():
-                if "lora" in tensors:
-                    lora = tensors["lora"]
-                    block[part][layer] = {"w": tensors["w"] + (lora["A"] @ lora["B"]) * lora["scale"],
-                                          "b": tensors["b"]}
-        blocks.append(block)
-    return {**params, "blocks": blocks}
-
 
 def writable_copy(params):
     """A writable float32 copy of params (the loaded ones are read-only views into the file)."""
@@ -316,7 +252,86 @@ def train_step(params, hparams, state, train_ids, step, *, steps, batch_size, co
 
 
 # ============================================================================
-# 4. The loop
+# 4. LoRA: adapters beside frozen weights
+# ============================================================================
+# LoRA (Hu et al., 2021) trains two small matrices beside each targeted weight, y = x w + b + s (x A) B,
+# and leaves every weight frozen: the adapters are the only tensors with gradients and moments. A run
+# puts them in the model's layers (with_adapters), trains them, and writes the merged model (merged_model).
+
+LORA_TARGETS = {"c_attn": (("attn", "c_attn"),), "c_proj": (("attn", "c_proj"), ("mlp", "c_proj")),
+                "c_fc": (("mlp", "c_fc"),)}  # --lora-targets' names (PEFT's): c_proj is the attention's and the MLP's
+
+
+def lora_layers(targets):
+    """The (part, layer) pairs of a block that the targets name, in the order the data meets them."""
+    wanted = {pair for t in targets for pair in LORA_TARGETS[t]}
+    return [pair for pair in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj"))
+            if pair in wanted]
+
+
+def lora_size(hparams, rank, targets):
+    """The adapters' parameters: R (n_in + n_out) for each targeted layer of every block."""
+    block = shapes.block_shapes(hparams["n_embd"], hparams.get("n_inner"))
+    return hparams["n_layer"] * sum(rank * sum(block[f"{part}/{layer}/w"]) for part, layer in lora_layers(targets))
+
+
+def check_lora_rank(hparams, rank, targets):
+    """Refuse a rank that a targeted layer cannot hold: A B of an n_in x n_out layer has rank at most
+    min(n_in, n_out), and more would only cost time (checked before an adapter is made)."""
+    block = shapes.block_shapes(hparams["n_embd"], hparams.get("n_inner"))
+    most, part, layer = min((min(block[f"{part}/{layer}/w"]), part, layer) for part, layer in lora_layers(targets))
+    if rank > most:
+        n_in, n_out = block[f"{part}/{layer}/w"]
+        raise UserError(f"--lora-rank {rank} is more than {part}.{layer} can hold: an update of that {n_in} x {n_out} "
+                        f"layer has rank at most {most}: choose --lora-rank {most} or less")
+
+
+def new_adapters(params, rank, targets, seed):
+    """LoRA's A [n_in, R] and B [R, n_out] for each targeted layer of every block, started as PEFT starts
+    them: A uniform in ±1/√n_in (torch's kaiming_uniform_ with a = √5), B zero, so that at step 0 the
+    model is the base model. -> {"blocks": [{"attn": {"c_attn": {"lora": {"A", "B"}}}, ...}, ...]}"""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))  # apart from the steps' [seed, step]
+    adapters = {"blocks": []}
+    for block in params["blocks"]:
+        adapters["blocks"].append({})
+        for part, layer in lora_layers(targets):
+            n_in, n_out = block[part][layer]["w"].shape
+            bound = 1.0 / math.sqrt(n_in)
+            adapters["blocks"][-1].setdefault(part, {})[layer] = {"lora": {
+                "A": rng.uniform(-bound, bound, (n_in, rank)).astype(np.float32),
+                "B": np.zeros((rank, n_out), np.float32)}}
+    return adapters
+
+
+def with_layers(params, layers):
+    """A copy of params with these layers in place, {(block, part, layer): its tensors}: new dicts
+    around the same arrays (the frozen weights stay the file's maps), every other layer as it is."""
+    blocks = [{**block, "attn": dict(block["attn"]), "mlp": dict(block["mlp"])} for block in params["blocks"]]
+    for (i, part, layer), tensors in layers.items():
+        blocks[i][part][layer] = tensors
+    return {**params, "blocks": blocks}
+
+
+def with_adapters(params, adapters, scale):
+    """params with each adapter in its layer, {"w", "b", "lora": {"A", "B", "scale"}}, which linear() and
+    the backward read."""
+    return with_layers(params, {(i, part, layer): {**params["blocks"][i][part][layer],
+                                                   "lora": {**adapter["lora"], "scale": scale}}
+                                for i, adapted in enumerate(adapters["blocks"])
+                                for part, layers in adapted.items() for layer, adapter in layers.items()})
+
+
+def merged_model(params):
+    """The model a LoRA run writes: w + s A B in each adapted layer (a new array), every other tensor as it is."""
+    def merged_layer(t):  # one adapted layer: {"w", "b", "lora"} -> {"w", "b"}
+        return {"w": t["w"] + (t["lora"]["A"] @ t["lora"]["B"]) * t["lora"]["scale"], "b": t["b"]}
+
+    return with_layers(params, {(i, part, layer): merged_layer(t) for i, block in enumerate(params["blocks"])
+                                for part in ("attn", "mlp") for layer, t in block[part].items() if "lora" in t})
+
+
+# ============================================================================
+# 5. The loop
 # ============================================================================
 
 def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, vocab_dir, config, eval_every,
@@ -387,7 +402,7 @@ def validation_loss(params, hparams, val_ids, context, batches=4, batch_size=4):
 
 
 # ============================================================================
-# 5. Saving and resuming
+# 6. Saving and resuming
 # ============================================================================
 
 def save(folder, params, hparams, state, vocab_dir, config, lora=None):

@@ -266,8 +266,11 @@ def data_ids(encoder, documents, examples, val_fraction, context):
 
 
 def adapter_size(args, hparams):
-    """A LoRA run's adapter parameters (train.lora_size), 0 for full training."""
-    return train.lora_size(hparams, args.lora_rank, args.lora_targets.split(",")) if args.lora_rank else 0
+    """A LoRA run's adapter parameters (train.lora_size), for a rank its layers can hold; 0 for full training."""
+    if not args.lora_rank:
+        return 0
+    train.check_lora_rank(hparams, args.lora_rank, args.lora_targets.split(","))
+    return train.lora_size(hparams, args.lora_rank, args.lora_targets.split(","))
 
 
 def lora_adapters(args, params):

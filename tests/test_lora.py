@@ -260,6 +260,8 @@ def test_bad_lora_flags_are_one_line_and_nothing_is_written(tiny_model, corpus, 
     for args, message in [
             (base + ["--lora-rank", "0"], "--lora-rank must be at least 1, got 0"),
             (base + ["--lora-rank", "-2"], "--lora-rank must be at least 1, got -2"),
+            (base + ["--lora-rank", "100000"], "--lora-rank 100000 is more than attn.c_attn can hold: an update of "
+                                                "that 8 x 24 layer has rank at most 8: choose --lora-rank 8 or less"),
             (base + ["--lora-rank", "2", "--lora-targets", "c_attn,wte"], "--lora-targets: no layer 'wte' to adapt"),
             (base + ["--lora-rank", "2", "--lora-alpha", "0"], "--lora-alpha must be above 0"),
             (base + ["--lora-alpha", "16"], "--lora-alpha and --lora-targets go with --lora-rank"),
@@ -307,6 +309,21 @@ def test_a_released_size_is_refused_before_its_download(corpus, tmp_path, monkey
         train_cli.run(train_cli.parse_args(["--model", "1558M", "--data", str(corpus), "--out", str(tmp_path / "o"),
                                             "--models-dir", str(tmp_path / "models"), "--lora-rank", "8"]))
     assert not (tmp_path / "models").exists() and not (tmp_path / "o").exists()
+
+
+def test_a_rank_no_targeted_layer_can_hold_is_refused_before_the_download_and_the_adapters(corpus, tmp_path):
+    """1558M's layers are 1,600 wide: rank 1601 is refused from the size's shape alone, nothing fetched; on a
+    model, a rank its layers hold is made, one above is refused before any adapter is (here: the MLP's c_fc)."""
+    args = ["--model", "1558M", "--data", str(corpus), "--out", str(tmp_path / "o"), "--models-dir",
+            str(tmp_path / "models"), "--lora-rank", "1601"]
+    with pytest.raises(train.UserError, match="--lora-rank 1601 is more than attn.c_attn can hold: an update of "
+                                              "that 1600 x 4800 layer has rank at most 1600"):
+        train_cli.run(train_cli.parse_args(args))
+    assert not (tmp_path / "models").exists() and not (tmp_path / "o").exists()
+    hp = {"n_embd": 8, "n_inner": 6, "n_layer": 1}
+    train.check_lora_rank(hp, 8, ["c_attn"])
+    with pytest.raises(train.UserError, match="mlp.c_fc can hold: an update of that 8 x 6 layer has rank at most 6"):
+        train.check_lora_rank(hp, 7, ["c_attn", "c_fc"])
 
 
 # --- PEFT itself (dev-only) ----------------------------------------------------------------------
