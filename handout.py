@@ -30,8 +30,8 @@ from plumbing.folders import check_new_folder, whole_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# number: (title, [(file, function, that function's own test)], [the exercise's other tests], where the
-# program runs it). docs/exercises.md names the same tests. "where" is one of WHERE's keys.
+# number: (title, [(file, function, that function's own test)], [the exercise's other tests], where a
+# student sees it at work: one of WHERE's programs). docs/exercises.md names the same tests.
 EXERCISES = {
     1: ("gelu, softmax, layer_norm",
         [("gpt2_numpy.py", "gelu", "test_gelu_is_the_tanh_approximation"),
@@ -122,14 +122,25 @@ EXERCISES = {
          ["test_every_adapter_gradient_matches_torch"], "lora"),
 }
 
-# Where the program runs an exercise's functions, so that a student sees their own code at work.
+# The programs that run the exercises' functions, so that a student sees their own code at work.
 WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_numpy.py --params MODEL",
          "lens": 'python gpt2_numpy.py --lens "text"', "heads": "look_inside.previous_token_scores and "
          "induction_scores on run_with_cache's patterns", "ablate": "look_inside.loss with a zero_ablate_head hook",
-         "train": "python train.py", "from_scratch": "python train.py --from-scratch",
+         "train": "python train.py --data FILE", "from_scratch": "python train.py --from-scratch",
          "perplexity": "python evaluate.py perplexity FILE", "lambada": "python evaluate.py lambada FILE",
          "instruction": "python train.py --data PAIRS.jsonl (instruction data)",
          "lora": "python train.py --lora-rank R"}
+
+# Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
+# that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
+# tests/test_exercises.py runs each program, records the functions it calls, and holds this table to them.
+NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11),
+         "lens": (1, 2, 3, 9, 10, 11, 12, 13), "heads": (1, 2, 3, 10, 11, 12, 14), "ablate": (1, 2, 3, 10, 11, 12, 15),
+         "train": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
+         "from_scratch": (1, 2, 3, 4, 5, 6, 7, 9, 11, 12, 16, 17, 18, 19, 20, 21, 24),
+         "perplexity": (1, 2, 3, 5, 10, 11, 12, 22), "lambada": (1, 2, 3, 5, 10, 11, 12, 23),
+         "instruction": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
+         "lora": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 25, 26)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The
@@ -166,8 +177,19 @@ def tests(number):
 
 
 def needed_by(where):
-    """The exercises whose functions run in that program."""
-    return [n for n, exercise in EXERCISES.items() if exercise[3] == where]
+    """The exercises whose functions run in that program (NEEDS)."""
+    return list(NEEDS[where])
+
+
+def spans(numbers):
+    """[1, 2, 3, 5, 7, 8, 9] -> "1-3, 5, 7-9": runs of three or more as first-last."""
+    runs = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
 SKIP = shutil.ignore_patterns(".git", "models", "out", "__pycache__", ".pytest_cache", "*.part")
@@ -233,12 +255,12 @@ def write_handout(out, numbers, root=HERE, bodies=None):
 
 
 def programs_waiting(numbers):
-    """Which of these exercises the command line needs done before it runs, and what the other
-    programs need besides."""
+    """Which of these exercises the command line needs done before it runs, and which each other
+    program needs (every one of them it calls, those of the command line included)."""
     first = [n for n in needed_by("generate") if n in numbers]
-    lines = [f"{WHERE['generate']} needs exercise{'s' * (len(first) > 1)} {', '.join(map(str, first))} done before "
-             "it runs" if first else f"{WHERE['generate']} runs as it is: none of these exercises is on its path"]
-    lines += [f"  and {WHERE[w]} needs {', '.join(map(str, todo))} too" for w in WHERE
+    lines = [f"{WHERE['generate']} needs exercise{'s' * (len(first) > 1)} {spans(first)} done before it runs"
+             if first else f"{WHERE['generate']} runs as it is: none of these exercises is on its path"]
+    lines += [f"  and {WHERE[w]} needs {spans(todo)}" for w in WHERE
               if w != "generate" and (todo := [n for n in needed_by(w) if n in numbers])]
     return lines
 

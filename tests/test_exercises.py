@@ -3,6 +3,7 @@ blanked by handout.py, fails its tests with a message naming it, and passes rest
 program runs what the student writes (a wrong body changes what it prints)."""
 import ast
 import glob
+import json
 import os
 import re
 import shutil
@@ -27,7 +28,7 @@ def documented_exercises():
             for item in items if re.match(r"\d+\. \*\*", item)}
 
 
-def test_files():
+def files_defining_tests():
     """{test name: the file under tests/ that defines it}."""
     where = {}
     for path in sorted(glob.glob(os.path.join(HERE, "test_*.py"))):
@@ -38,7 +39,7 @@ def test_files():
 
 
 def defined_tests():
-    return set(test_files())
+    return set(files_defining_tests())
 
 
 def test_every_test_the_docs_name_exists():
@@ -77,7 +78,7 @@ def run_tests(folder, tests):
                            "-k", " or ".join(tests)], cwd=folder, capture_output=True, text=True, env=env, timeout=300)
 
 
-TEST_FILES = test_files()
+TEST_FILES = files_defining_tests()
 
 
 @pytest.mark.parametrize("number", list(handout.EXERCISES))
@@ -207,18 +208,18 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "heads": ["-c", HEADS],
     "ablate": ["-c", ABLATE],
     "train": ["train.py", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "3",
-              "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "100", "--quiet"],
+              "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "3", "--quiet"],
     "from_scratch": ["train.py", "--from-scratch", "--data", "notes.txt", "--out", "trained", "--vocab-size", "270",
                      "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--context", "16", "--batch-size", "2",
-                     "--steps", "3", "--eval-every", "1", "--sample-every", "100", "--quiet"],
+                     "--steps", "3", "--eval-every", "1", "--sample-every", "3", "--quiet"],
     "perplexity": ["evaluate.py", "perplexity", "notes.txt", "--model", "model", "--context", "16", "--stride", "5",
                    "--json", "--quiet"],
     "lambada": ["evaluate.py", "lambada", os.path.join("tests", "data", "eval", "lambada.jsonl"), "--model", "model",
                 "--json", "--quiet"],
     "instruction": ["train.py", "--model", "model", "--data", "pairs.jsonl", "--out", "trained", "--steps", "3",
-                    "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "100", "--quiet"],
+                    "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "3", "--quiet"],
     "lora": ["train.py", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "3", "--batch-size",
-             "2", "--context", "16", "--lr", "1e-2", "--eval-every", "1", "--sample-every", "100", "--quiet",
+             "2", "--context", "16", "--lr", "1e-2", "--eval-every", "1", "--sample-every", "3", "--quiet",
              "--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "c_attn,c_proj"],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
@@ -264,22 +265,76 @@ def project_copy(folder, numbers, bodies=None):
     return folder
 
 
-def run_program(folder, where):
+# Runs a program (a file and its arguments, or -c and a script) as python would, and writes to a file
+# the project's functions it called, [(file, function)], in any thread.
+TRACER = """import json, os, runpy, sys, threading
+out, program, *args = sys.argv[1:]
+root, seen = os.getcwd() + os.sep, set()
+def profile(frame, event, arg):
+    if event == "call":
+        seen.add(frame.f_code)
+sys.argv = [program, *args]
+sys.path.insert(0, root if program == "-c" else os.path.dirname(os.path.abspath(program)))
+threading.setprofile(profile)
+sys.setprofile(profile)
+try:
+    if program == "-c":
+        exec(compile(args[0], "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        runpy.run_path(os.path.abspath(program), run_name="__main__")
+finally:
+    sys.setprofile(None)
+    threading.setprofile(None)
+    with open(out, "w") as f:
+        json.dump(sorted({(os.path.relpath(c.co_filename, root), c.co_name) for c in seen
+                          if c.co_filename.startswith(root)}), f)
+"""
+
+
+def run_program(folder, where, trace=None):
+    """-> (exit code, stdout, stderr); with trace, a file for the functions it called (TRACER)."""
     shutil.rmtree(os.path.join(folder, "trained"), ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([sys.executable, *PROGRAMS[where]], cwd=folder, capture_output=True, text=True, env=env,
-                       timeout=300)
+    command = ["-c", TRACER, trace, *PROGRAMS[where]] if trace else PROGRAMS[where]
+    r = subprocess.run([sys.executable, *command], cwd=folder, capture_output=True, text=True, env=env, timeout=300)
     return r.returncode, r.stdout, r.stderr
 
 
 @pytest.fixture(scope="module")
-def originals(tmp_path_factory):
-    """Every program's output on the whole project (a copy with no exercise blanked)."""
+def whole_runs(tmp_path_factory):
+    """Every program on the whole project (a copy with no exercise blanked), traced: {where: ((exit code,
+    stdout, stderr), {(file, function) it called})}."""
     folder = project_copy(str(tmp_path_factory.mktemp("p") / "whole"), [])
-    out = {where: run_program(folder, where) for where in PROGRAMS}
-    for where, (code, stdout, stderr) in out.items():
-        assert code == 0 and stdout, (where, stderr)
-    return out
+    runs = {}
+    for where in PROGRAMS:
+        trace = os.path.join(os.path.dirname(folder), f"{where}.json")
+        out = run_program(folder, where, trace)
+        assert out[0] == 0 and out[1], (where, out[2])
+        with open(trace, encoding="utf-8") as f:
+            runs[where] = out, {tuple(call) for call in json.load(f)}
+    return runs
+
+
+@pytest.fixture(scope="module")
+def originals(whole_runs):
+    """Every program's output on the whole project."""
+    return {where: out for where, (out, _) in whole_runs.items()}
+
+
+def exercises_called(called):
+    """The exercises that a program's calls run in a handout: a fast twin called runs its plain forms there."""
+    called = called | {(file, plain) for (file, twin), (plains, _) in handout.TWINS.items() if (file, twin) in called
+                       for plain in plains}
+    return tuple(n for n in handout.EXERCISES if any(f in called for f in handout.functions(n)))
+
+
+def test_the_handout_says_which_exercises_each_program_runs(whole_runs):
+    """handout.NEEDS, which python handout.py prints, is what each program really calls: training on
+    documents runs the masked loss (24) too, through cross_entropy_fast; every training run samples."""
+    found = {where: exercises_called(called) for where, (_, called) in whole_runs.items()}
+    assert found == handout.NEEDS, f"handout.NEEDS should be, from what each program calls:\n{found}"
+    assert all(exercise[3] in handout.NEEDS and n in handout.NEEDS[exercise[3]]
+               for n, exercise in handout.EXERCISES.items())
 
 
 def body_of(file, function):
@@ -296,7 +351,7 @@ def body_of_source(source, function):
 
 
 def test_every_program_is_named_and_every_twin_and_its_plain_forms_exist():
-    assert set(PROGRAMS) == set(handout.WHERE) == {e[3] for e in handout.EXERCISES.values()}
+    assert set(PROGRAMS) == set(handout.WHERE) == set(handout.NEEDS) == {e[3] for e in handout.EXERCISES.values()}
     for (file, twin), (plains, _) in handout.TWINS.items():
         body_of(file, twin)
         for plain in plains:
@@ -321,6 +376,14 @@ def test_the_program_runs_the_students_code(tmp_path, originals, number):
     if wrong:
         code, stdout, stderr = run_program(project_copy(str(tmp_path / "wrong"), [number], {**right, **wrong}), where)
         assert code == 0 and stdout != originals[where][1], stderr[-1000:]
+
+
+def test_training_on_documents_stops_at_a_masked_loss_left_to_do(tmp_path):
+    """A new user's case: with exercise 24 blank, train.py --data notes.txt (no instruction data) stops at it,
+    as python handout.py says: every training step's loss is the student's cross_entropy."""
+    code, _, stderr = run_program(project_copy(str(tmp_path / "blank"), [24]), "train")
+    assert code != 0 and "exercise 24 (the masked loss): write cross_entropy;" in stderr, stderr[-1000:]
+    assert "  and python train.py --data FILE needs 24" in handout.programs_waiting([24])
 
 
 def test_a_building_block_written_wrong_fails_naming_the_mistake(tmp_path):
