@@ -1,9 +1,13 @@
-"""Training GPT-2 in NumPy: the data, the step, and the loop.
+"""Training GPT-2 in NumPy: the recipe, the data, the step, where the model comes from, and the loop.
 
     python train.py --model 124M --data notes.txt --out models/notes-124M --steps 200     # fine-tune
     python train.py --from-scratch --out models/shakespeare --vocab-size 257 --n-layer 4 --n-head 4 \
         --n-embd 128 --context 64 --batch-size 12 --steps 2000 --lr 1e-3 --beta2 0.99  # from nothing
     python gpt2_numpy.py --model models/notes-124M "prompt"
+
+The recipe comes first: every setting of a run, one a line with its default (RECIPE). Then the
+set-up (set_up) says where a run's weights and optimizer state come from: a new model, a saved
+one, or the run saved in --out; every weight trained, or LoRA's adapters beside frozen ones.
 
 The data is documents (a .txt file, a folder of them, a .jsonl of {"text": ...}), each followed
 by <|endoftext|> so that a model learns to stop; or instruction data (a .jsonl of {"prompt":
@@ -18,7 +22,10 @@ pass, then the backward pass by hand), clip the gradients, and take an AdamW ste
 (optimizer.py). Everything a step does depends on the seed and the step's number only, so
 a run stopped (Ctrl-C saves it) and resumed is the same run, bit for bit.
 
-The command line (flags, which model, messages) is interface/train_cli.py.
+    run = set_up("out/notes", recipe_with(steps=50, lr=3e-4), data=["notes.txt"], base="models/124M")
+    train(run, "out/notes", config={})
+
+The command line (its flags are made from the tables here, which model, messages) is interface/train_cli.py.
 """
 import json
 import math
@@ -29,24 +36,69 @@ import time
 import numpy as np
 
 from backward import IGNORE, loss_and_grads
+import bpe
 from gpt2_numpy import generate, gpt2, next_token_loss
-from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate
+from initialise import init_params
+from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate, new_adamw_state
 import parameters
 from plumbing import corpus, peft_adapter, shapes
-from plumbing.checkpoint import write_checkpoint
+from plumbing.checkpoint import check_writable, write_checkpoint
 from plumbing.errors import UserError, ctrl_c_waits
-from plumbing.memory import check_fits
+from plumbing.memory import available_memory, check_fits
 from plumbing.progress import progress
+from plumbing.weights import load_weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "data", "tinyshakespeare.txt")  # --from-scratch's text when no --data is given
+CONTEXT = 256  # tokens a training window holds, unless the recipe says or the model has fewer positions
 
 STATE_FILE = "train_state.npz"  # the optimizer's moments and the step count, beside the checkpoint (no pickle)
 CONFIG_FILE = "train_config.json"  # the run's flags, which --resume reads back
 
 
 # ============================================================================
-# 1. The data
+# 1. The recipe
+# ============================================================================
+# Every setting of a run, one a line: (its default, its type, what it is). train.py's flags (--steps,
+# --batch-size, ...), their defaults and their --help are made from this table, so that the two cannot
+# disagree. None: worked out for the run, as its line says (recipe_with, set_up).
+
+RECIPE = {
+    # the step (train_step)
+    "steps": (200, int, "optimizer steps in all"),
+    "batch_size": (4, int, "windows (or instruction examples) a micro-batch holds"),
+    "context": (None, int, f"tokens a training window holds (default: {CONTEXT}, or the model's n_ctx if it has "
+                           "fewer positions)"),
+    "accum": (1, int, "micro-batches a step accumulates (a larger batch in the same memory)"),
+    "lr": (1e-4, float, "the peak learning rate"),
+    "min_lr_ratio": (0.1, float, "the cosine decays to lr times this"),
+    "warmup": (None, int, "steps of linear warm-up (default: a tenth of --steps, at most 20)"),
+    "weight_decay": (0.1, float, "AdamW's decay, on matrices and embeddings"),
+    "grad_clip": (1.0, float, "clip gradients to this global norm (0: never)"),
+    "dropout": (0.0, float, "dropout probability (GPT-2 was trained with 0.1; fine-tuning usually uses 0)"),
+    "beta2": (0.999, float, "AdamW's decay of the squared gradients' mean (nanoGPT's small models use 0.99)"),
+    "seed": (0, int, "the same seed gives the same run, bit for bit"),
+    # the data and the loop (set_up, train)
+    "val_fraction": (0.1, float, "the end of the data held out for validation (the last documents or examples, "
+                                 "at least one)"),
+    "eval_every": (50, int, "print the validation loss every N steps (and at the end)"),
+    "sample_every": (100, int, "print a short sample every N steps"),
+    "save_every": (100, int, "save a checkpoint every N steps (and at the end)"),
+}
+
+
+def recipe_with(**settings):
+    """RECIPE's defaults with these settings in their place; the warm-up, if not given, a tenth of the
+    steps, at most 20. (The context, if not given, is the model's: set_up.)"""
+    unknown = sorted(set(settings) - set(RECIPE))
+    if unknown:
+        raise TypeError(f"the recipe has no setting {unknown[0]!r}")
+    recipe = {name: default for name, (default, _, _) in RECIPE.items()} | settings
+    return recipe | {"warmup": min(20, recipe["steps"] // 10) if recipe["warmup"] is None else recipe["warmup"]}
+
+
+# ============================================================================
+# 2. The data
 # ============================================================================
 
 def split_text(text, val_fraction):
@@ -176,38 +228,6 @@ def training_batch(data, batch_size, context, rng):
 
 
 # ============================================================================
-# 2. Memory
-# ============================================================================
-
-def memory_needed(hparams, batch_size, context, adapter_size=0):
-    """About 16 bytes a parameter (weights, gradients, two moments) plus the activations that
-    backward.KEPT keeps, per token: 16 C floats a block (resid_pre, ln_1, q, k, v, z, resid_mid,
-    ln_2 and the 4C-wide c_fc and gelu) and 2 H T for the attention weights (and their
-    gradient), and 3 V for the logits, their gradient and the softmax's temporaries.
-    With LoRA (adapter_size: its A and B's parameters, lora_size) the weights are frozen: 4 bytes a
-    weight (mapped from the file, read at every step) and 16 an adapter's; the same activations; and
-    while a save writes the merged checkpoint (a tensor at a time), up to 4 more a weight for the merged
-    copies of the adapted layers (then no activations are held)."""
-    n = parameters.count_parameters(hparams, d_ff=hparams.get("n_inner"))["total"]
-    C, H, L, V = hparams["n_embd"], hparams["n_head"], hparams["n_layer"], hparams["n_vocab"]
-    per_token = 4 * (L * (16 * C + 2 * H * context) + 3 * V)
-    if adapter_size:
-        return 4 * n + 16 * adapter_size + max(batch_size * context * per_token, 4 * n)
-    return 16 * n + batch_size * context * per_token
-
-
-def check_memory(hparams, batch_size, context, free, adapter_size=0):
-    """Refuse, before anything is allocated, a run that cannot fit (1558M cannot, in 24 GB; with LoRA, it can).
-    adapter_size: a LoRA run's (lora_size), else 0."""
-    if context > hparams["n_ctx"]:
-        raise UserError(f"--context {context} is longer than the model's {hparams['n_ctx']} positions")
-    what, per = (("LoRA on this model", "4 bytes a frozen weight, 16 an adapter's") if adapter_size else
-                 ("training this model", "16 bytes a parameter"))
-    check_fits(memory_needed(hparams, batch_size, context, adapter_size), free, f"{what} at --batch-size "
-               f"{batch_size} --context {context} ({per}, plus activations)", "use a smaller model, batch or context")
-
-
-# ============================================================================
 # 3. The step
 # ============================================================================
 
@@ -227,27 +247,28 @@ def accumulate(total, grads):
     return total
 
 
-def train_step(params, hparams, state, train_ids, step, *, steps, batch_size, context, accum, lr, min_lr_ratio,
-               warmup, weight_decay, grad_clip, dropout, seed, beta2=0.999, buffers=None, adapters=None):
-    """One step: the gradients of `accum` micro-batches, clipping, AdamW. -> the mean loss.
-    The batches and the dropout depend on the seed and the step only, so a resumed run is the
-    same run. buffers: a dict whose big arrays are made once and reused (backward.loss_and_grads);
-    adapters: a LoRA run's (inside params' layers,
-    with_adapters), the only tensors trained; None: every parameter is."""
-    rng = np.random.default_rng([seed, step])
+def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
+    """One step: the gradients of recipe["accum"] micro-batches of the data, clipping, AdamW. -> the mean
+    loss. recipe: RECIPE's settings (recipe_with); the batches and the dropout depend on its seed and the
+    step only, so a resumed run is the same run. buffers: a dict whose big arrays are made once and reused
+    (backward.loss_and_grads); adapters: a LoRA run's (inside params' layers, with_adapters), the only
+    tensors trained; None: every parameter is."""
+    accum, lr = recipe["accum"], recipe["lr"]
+    rng = np.random.default_rng([recipe["seed"], step])
     total, loss = None, 0.0
     for _ in range(accum):
-        x, y = training_batch(train_ids, batch_size, context, rng)
-        micro, grads = loss_and_grads(x, y, params, hparams, dropout, rng, buffers, frozen=adapters is not None)
+        x, y = training_batch(data, recipe["batch_size"], recipe["context"], rng)
+        micro, grads = loss_and_grads(x, y, params, hparams, recipe["dropout"], rng, buffers,
+                                      frozen=adapters is not None)
         total = grads if accum == 1 else accumulate(total, grads)
         loss += micro / accum
     if accum > 1:
         for a in shapes.flatten(total).values():
             a /= accum
-    scale = clip_scale(grad_norm(total), grad_clip)
-    rate = learning_rate(step, lr, warmup, steps, lr * min_lr_ratio)
-    adamw_step_fast(params if adapters is None else adapters, total, state, rate, beta2=beta2,
-                    weight_decay=weight_decay, grad_scale=scale)
+    scale = clip_scale(grad_norm(total), recipe["grad_clip"])
+    rate = learning_rate(step, lr, recipe["warmup"], recipe["steps"], lr * recipe["min_lr_ratio"])
+    adamw_step_fast(params if adapters is None else adapters, total, state, rate, beta2=recipe["beta2"],
+                    weight_decay=recipe["weight_decay"], grad_scale=scale)
     return loss
 
 
@@ -260,6 +281,14 @@ def train_step(params, hparams, state, train_ids, step, *, steps, batch_size, co
 
 LORA_TARGETS = {"c_attn": (("attn", "c_attn"),), "c_proj": (("attn", "c_proj"), ("mlp", "c_proj")),
                 "c_fc": (("mlp", "c_fc"),)}  # --lora-targets' names (PEFT's): c_proj is the attention's and the MLP's
+
+LORA = {  # a LoRA run's settings, as RECIPE's lines (train.py's --lora-rank, --lora-alpha, --lora-targets)
+    "rank": (None, int, "train rank-R adapters beside frozen weights instead of every weight (PEFT's r, e.g. 8); "
+                        "--out is the merged model, with the adapter in PEFT's format beside it"),
+    "alpha": (None, float, "the adapters' update is scaled by alpha / rank (default: the rank, a scale of 1)"),
+    "targets": ("c_attn", str, f"the layers adapted, from {','.join(LORA_TARGETS)} (c_proj: the attention's and "
+                               "the MLP's)"),
+}
 
 
 def lora_layers(targets):
@@ -331,40 +360,203 @@ def merged_model(params):
 
 
 # ============================================================================
-# 5. The loop
+# 5. Memory
 # ============================================================================
 
-def train(params, hparams, encoder, state, train_ids, val_ids, recipe, *, out, vocab_dir, config, eval_every,
-          sample_every, save_every, quiet=False, lora=None):
-    """The loop, from state["step"] to recipe["steps"]: train_step, then the report, the sample and
+def memory_needed(hparams, batch_size, context, adapter_size=0):
+    """About 16 bytes a parameter (weights, gradients, two moments) plus the activations that
+    backward.KEPT keeps, per token: 16 C floats a block (resid_pre, ln_1, q, k, v, z, resid_mid,
+    ln_2 and the 4C-wide c_fc and gelu) and 2 H T for the attention weights (and their
+    gradient), and 3 V for the logits, their gradient and the softmax's temporaries.
+    With LoRA (adapter_size: its A and B's parameters, lora_size) the weights are frozen: 4 bytes a
+    weight (mapped from the file, read at every step) and 16 an adapter's; the same activations; and
+    while a save writes the merged checkpoint (a tensor at a time), up to 4 more a weight for the merged
+    copies of the adapted layers (then no activations are held)."""
+    n = parameters.count_parameters(hparams, d_ff=hparams.get("n_inner"))["total"]
+    C, H, L, V = hparams["n_embd"], hparams["n_head"], hparams["n_layer"], hparams["n_vocab"]
+    per_token = 4 * (L * (16 * C + 2 * H * context) + 3 * V)
+    if adapter_size:
+        return 4 * n + 16 * adapter_size + max(batch_size * context * per_token, 4 * n)
+    return 16 * n + batch_size * context * per_token
+
+
+def check_memory(hparams, batch_size, context, free, adapter_size=0):
+    """Refuse, before anything is allocated, a run that cannot fit (1558M cannot, in 24 GB; with LoRA, it can).
+    adapter_size: a LoRA run's (lora_size), else 0."""
+    if context > hparams["n_ctx"]:
+        raise UserError(f"--context {context} is longer than the model's {hparams['n_ctx']} positions")
+    what, per = (("LoRA on this model", "4 bytes a frozen weight, 16 an adapter's") if adapter_size else
+                 ("training this model", "16 bytes a parameter"))
+    check_fits(memory_needed(hparams, batch_size, context, adapter_size), free, f"{what} at --batch-size "
+               f"{batch_size} --context {context} ({per}, plus activations)", "use a smaller model, batch or context")
+
+
+# ============================================================================
+# 6. The set-up: where a run's weights and state come from
+# ============================================================================
+# As nanoGPT's init_from: a new model (from scratch), a saved one (to train further), or the run
+# saved in --out (to resume it); then every weight trained, or LoRA's adapters beside frozen ones.
+
+NEW_MODEL = {  # from scratch: the new model's settings, as RECIPE's lines
+    "vocab_size": (None, int, "ids in the vocabulary (257: bytes alone; default: 257, or --tokenizer's)"),
+    "tokenizer": (None, str, "a folder with encoder.json and vocab.bpe to use instead of learning one"),
+    "n_layer": (4, int, "blocks"),
+    "n_head": (4, int, "attention heads a block"),
+    "n_embd": (128, int, "the residual stream's width"),
+}
+
+
+def parameter_table(hparams):
+    """The model's parameters by part, and the token embedding's share: in a small model most of
+    them are the vocabulary's, which is why small models use small vocabularies."""
+    counts = parameters.count_parameters(hparams)
+    lines = [f"a new GPT-2: {hparams['n_layer']} layers, {hparams['n_head']} heads, {hparams['n_embd']} wide, "
+             f"{hparams['n_vocab']:,} ids, {hparams['n_ctx']} positions: {counts['total']:,} parameters"]
+    lines += [f"  {part:<28}{n:>12,}  {n / counts['total']:6.1%}" for part, n in counts["parts"].items() if n]
+    return "\n".join(lines)
+
+
+def new_model(new, documents, recipe, vocab_dir, quiet=False):
+    """From scratch: new["tokenizer"]'s vocabulary, or one learned from the training documents into
+    vocab_dir, and the model's shape; its n_ctx is the
+    recipe's context. -> (the vocabulary's folder, its encoder, hparams)"""
+    shape = {"n_ctx": recipe["context"], "n_embd": new["n_embd"], "n_head": new["n_head"], "n_layer": new["n_layer"]}
+    if new["tokenizer"]:
+        encoder = bpe.get_encoder(new["tokenizer"])
+        if new["vocab_size"] not in (None, encoder.n_vocab):
+            raise UserError(f"--vocab-size {new['vocab_size']} disagrees with --tokenizer {new['tokenizer']}, which "
+                            f"has {encoder.n_vocab} ids: give one of them")
+        vocab_dir = new["tokenizer"]
+    else:
+        n_vocab = new["vocab_size"] or 257
+        train_documents, _ = split_documents(documents, recipe["val_fraction"])
+        bpe.write_vocab(vocab_dir, bpe.train_vocab(train_documents, n_vocab, quiet))
+        encoder = bpe.get_encoder(vocab_dir)
+    if encoder.eot is None:
+        raise UserError("its vocabulary has no <|endoftext|>", path=vocab_dir)
+    return vocab_dir, encoder, {"n_vocab": encoder.n_vocab, **shape}
+
+
+def saved_model(folder, out):
+    """A model to train further, from its folder (which holds its vocabulary too), whose shape the
+    checkpoint written to out can hold. -> (its encoder, hparams, params: read-only maps of the file)"""
+    hparams, params = load_weights(folder)
+    check_writable(hparams, out)  # before training, not at the first save
+    return bpe.get_encoder(folder), hparams, params
+
+
+def split_data(encoder, documents, examples, recipe):
+    """The data to train and validate on: the documents' token streams, or instruction data's
+    rows (saying how many examples there are, and how many were cut to fit the context)."""
+    if examples is None:
+        return text_ids(encoder, documents, recipe["val_fraction"], recipe["context"])
+    train_rows, val_rows, cut = example_rows(encoder, examples, recipe["val_fraction"], recipe["context"])
+    print(f"instruction data: {len(examples):,} examples, {len(val_rows):,} held out for validation; {cut:,} longer "
+          f"than --context {recipe['context']} + 1 tokens, cut to fit (the prompt's first tokens dropped first)")
+    return train_rows, val_rows
+
+
+def with_context(recipe, hparams):
+    """The recipe with its context, if it gives none, the model's: CONTEXT, or n_ctx if that is fewer."""
+    return recipe | {"context": recipe["context"] or min(CONTEXT, hparams["n_ctx"])}
+
+
+def check_run(hparams, recipe, lora, free):
+    """Refuse, before anything is made, a run that cannot be: a LoRA rank its layers cannot hold
+    (lora: {"rank", "targets", ...}, or None), or one that does not fit in `free` bytes."""
+    size = 0
+    if lora:
+        check_lora_rank(hparams, lora["rank"], lora["targets"])
+        size = lora_size(hparams, lora["rank"], lora["targets"])
+    check_memory(hparams, recipe["batch_size"], recipe["context"], free, size)
+
+
+def lora_adapters(params, lora, seed, saved=None):
+    """A LoRA run's adapters for params: new ones (new_adapters), or those saved in the folder `saved`
+    (a resumed run), which must fit the model."""
+    adapters = new_adapters(params, lora["rank"], lora["targets"], seed)
+    if saved is None:
+        return adapters
+    found, _ = peft_adapter.read_adapter(saved)
+    want = {k: a.shape for k, a in shapes.flatten(adapters).items()}
+    if {k: a.shape for k, a in shapes.flatten(found).items()} != want:
+        raise UserError(f"holds an adapter that does not fit {lora['base']} with --lora-rank {lora['rank']} "
+                        f"--lora-targets {','.join(lora['targets'])}",
+                        path=os.path.join(saved, peft_adapter.ADAPTER_FILE))
+    return found
+
+
+def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False, vocab_dir=None, quiet=False):
+    """Where a run's params and state come from. -> the run, as train takes it: {"params", "hparams",
+    "encoder", "state", "train_data", "val_data", "recipe", "vocab_dir", "lora"}.
+
+    The model is new (NEW_MODEL's settings: a vocabulary learned from the training part of the data
+    into the folder vocab_dir, or new["tokenizer"]'s; then GPT-2's initialisation); or base, the
+    folder of a saved model, or a function that gives it (the command line's fetches --model by name,
+    called only if the run needs it); or, with resume, the run saved in out (for LoRA: base, and the
+    adapter saved in out). lora: {"rank", "alpha" (None: the rank), "targets", "base" (its name, for
+    PEFT's config)} trains adapters beside the frozen weights; None: every weight. data: the text's
+    paths (None: CORPUS). recipe: recipe_with's; a context of None is worked out here (with_context).
+    Everything is checked before a weight is made or copied."""
+    documents, examples = corpus.read_corpus(data or [CORPUS])
+    if new and not resume:
+        recipe = recipe | {"context": recipe["context"] or CONTEXT}
+        vocab_dir, encoder, hparams = new_model(new, documents, recipe, vocab_dir, quiet)
+    else:
+        vocab_dir = out if resume and not lora else base() if callable(base) else base  # LoRA's out: merged
+        encoder, hparams, params = saved_model(vocab_dir, out)
+        recipe = with_context(recipe, hparams)
+    train_data, val_data = split_data(encoder, documents, examples, recipe)
+    check_run(hparams, recipe, lora, available_memory())
+    if new and not resume:  # its weights are made once the run is known to fit
+        print(parameter_table(hparams))  # even with --quiet: what is being trained
+        params = init_params(hparams, recipe["seed"])
+    elif lora:  # the weights stay the file's read-only maps: only the adapters are trained
+        lora = lora | {"alpha": lora["alpha"] or float(lora["rank"])}  # PEFT's r = alpha = 8 is a scale of 1
+        lora["adapters"] = lora_adapters(params, lora, recipe["seed"], out if resume else None)
+        params = with_adapters(params, lora["adapters"], lora["alpha"] / lora["rank"])
+    else:
+        params = writable_copy(params)
+    trained = lora["adapters"] if lora else params
+    state = load_state(out, trained) if resume else new_adamw_state(trained)
+    return {"params": params, "hparams": hparams, "encoder": encoder, "state": state, "train_data": train_data,
+            "val_data": val_data, "recipe": recipe, "vocab_dir": vocab_dir, "lora": lora}
+
+
+# ============================================================================
+# 7. The loop
+# ============================================================================
+
+def train(run, out, config, quiet=False):
+    """The loop, from the state's step to the recipe's steps: train_step, then the report, the sample and
     the save into `out` as the step's number calls for them; Ctrl-C saves the last step done.
-    recipe: train_step's settings; vocab_dir: the folder whose tokenizer files each save copies; config:
-    the run's flags, saved with it; lora: a LoRA run's {"adapters", "alpha", "targets", "base"} (params
-    hold the adapters, with_adapters), for train_step and save. -> 0, or 130 after Ctrl-C."""
-    steps, first = recipe["steps"], state["step"]
-    start_ids = [] if encoder.eot is not None else train_ids[:1].tolist()  # a sample starts after <|endoftext|>
+    run: set_up's; config: the run's flags, saved with it. -> 0, or 130 after Ctrl-C."""
+    params, hparams, encoder, state, recipe, lora = (run[k] for k in ("params", "hparams", "encoder", "state",
+                                                                       "recipe", "lora"))
+    steps, first, train_data = recipe["steps"], state["step"], run["train_data"]
+    start_ids = [] if encoder.eot is not None else train_data[:1].tolist()  # a sample starts after <|endoftext|>
     tokens = recipe["batch_size"] * recipe["accum"] * recipe["context"]  # a step's
     bar, buffers = progress(steps, "step", initial=first, quiet=quiet), {}  # buffers: a step's big arrays, made once
     try:
         for step in range(first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
             start = time.perf_counter()
             with ctrl_c_waits():  # a save after Ctrl-C holds whole steps, so --resume is the same run
-                loss = train_step(params, hparams, state, train_ids, step - 1, buffers=buffers,
-                                  adapters=lora and lora["adapters"], **recipe)
+                loss = train_step(params, hparams, state, train_data, step - 1, recipe, buffers,
+                                  lora and lora["adapters"])
             bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
             bar.update(1)
-            if step % eval_every == 0 or step == steps:
-                bar.write(report(step, loss, params, hparams, val_ids, recipe["context"]))
-            if step % sample_every == 0:
+            if step % recipe["eval_every"] == 0 or step == steps:
+                bar.write(report(step, loss, params, hparams, run["val_data"], recipe["context"]))
+            if step % recipe["sample_every"] == 0:
                 bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
-            if step % save_every == 0 or step == steps:
-                save(out, params, hparams, state, vocab_dir, config, lora)
+            if step % recipe["save_every"] == 0 or step == steps:
+                save(out, run, config)
     except KeyboardInterrupt:
         bar.close()
         if state["step"] == first:
             print("\ninterrupted before a step was done: nothing new was saved", file=sys.stderr)
         else:
-            save(out, params, hparams, state, vocab_dir, config, lora)
+            save(out, run, config)
             print(f"\ninterrupted: saved step {state['step']} in {out}; --resume continues", file=sys.stderr)
         return 130
     bar.close()
@@ -402,21 +594,22 @@ def validation_loss(params, hparams, val_ids, context, batches=4, batch_size=4):
 
 
 # ============================================================================
-# 6. Saving and resuming
+# 8. Saving and resuming
 # ============================================================================
 
-def save(folder, params, hparams, state, vocab_dir, config, lora=None):
-    """The checkpoint in OpenAI's format, the tokenizer's files (from the folder `vocab_dir`), the
-    optimizer's state and the run's flags (config), written whole or not at all. A LoRA run (lora, as
-    train takes it) writes the merged model, and beside it the adapter in PEFT's format, from which
-    --resume reads A and B back (their moments are in the optimizer's state)."""
+def save(folder, run, config):
+    """The run's checkpoint in OpenAI's format, the tokenizer's files (from run["vocab_dir"]), the
+    optimizer's state and the run's flags (config), written whole or not at all. A LoRA run writes the
+    merged model, and beside it the adapter in PEFT's format, from which --resume reads A and B back
+    (their moments are in the optimizer's state)."""
+    state, lora, params = run["state"], run["lora"], run["params"]
     moments = {f"m/{k}": a for k, a in state["m"].items()} | {f"v/{k}": a for k, a in state["v"].items()}
     extra = {STATE_FILE: lambda f: np.savez(f, step=np.int64(state["step"]), **moments),  # streamed, not copied
              CONFIG_FILE: json.dumps(config, indent=1).encode()}
     if lora:
         extra |= peft_adapter.adapter_files(lora["adapters"], lora["alpha"], lora["targets"], lora["base"])
         params = merged_model(params)
-    write_checkpoint(folder, params, hparams, vocab_dir=vocab_dir, extra=extra)
+    write_checkpoint(folder, params, run["hparams"], vocab_dir=run["vocab_dir"], extra=extra)
 
 
 def load_state(folder, params):

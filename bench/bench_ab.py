@@ -16,6 +16,7 @@ ratios (this checkout / baseline: for prefill and the steps, the time; for decod
 import argparse
 import glob
 import importlib
+import inspect
 import os
 import statistics
 import sys
@@ -70,14 +71,18 @@ RECIPES = {"finetune-step": dict(batch_size=4, context=64, lr=1e-4, warmup=20, w
 def step_run(args, m, hp, params, train_ids):
     """A function that makes one training step of checkout m and returns its time."""
     train = m["train"]
-    params = train.writable_copy(params)
+    params = (getattr(train, "writable_copy", None) or train.trainable)(params)  # a baseline before the rename too
     state = m["optimizer"].new_adamw_state(params)
     recipe = dict(RECIPES[args.what], steps=10 ** 6, accum=1, min_lr_ratio=0.1, grad_clip=1.0, dropout=0.0, seed=0)
     buffers, step = {}, [0]
+    takes_recipe = "recipe" in inspect.signature(train.train_step).parameters  # else the settings as keywords
 
     def run(_):
         t = time.perf_counter()
-        train.train_step(params, hp, state, train_ids, step[0], buffers=buffers, **recipe)
+        if takes_recipe:
+            train.train_step(params, hp, state, train_ids, step[0], recipe, buffers)
+        else:
+            train.train_step(params, hp, state, train_ids, step[0], buffers=buffers, **recipe)
         step[0] += 1
         return time.perf_counter() - t
 

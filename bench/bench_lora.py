@@ -49,15 +49,13 @@ def speed(args):
             "lora": (lora, optimizer.new_adamw_state(adapters), adapters)}
     buffers = {kind: {} for kind in runs}
     tokens = np.random.default_rng(0).integers(0, hp["n_vocab"], 100_000)
-    recipe = dict(steps=args.steps, batch_size=args.batch_size, context=args.context, accum=1, lr=1e-4,
-                  min_lr_ratio=0.1, warmup=0, weight_decay=0.1, grad_clip=1.0, dropout=0.0, seed=0)  # train.py's
+    recipe = train.recipe_with(steps=args.steps, batch_size=args.batch_size, context=args.context, warmup=0)
     times = {kind: [] for kind in runs}
     for step in range(args.steps):
         for kind in (("lora", "full") if step % 2 else ("full", "lora")):
             params, state, trained = runs[kind]
             t = time.perf_counter()
-            train.train_step(params, hp, state, tokens, step, buffers=buffers[kind], adapters=trained,
-                             **recipe)
+            train.train_step(params, hp, state, tokens, step, recipe, buffers[kind], trained)
             times[kind].append(time.perf_counter() - t)
     later = {kind: t[1:] or t for kind, t in times.items()}
     ratio = statistics.median(a / b for a, b in zip(later["lora"], later["full"]))

@@ -60,8 +60,7 @@ def numpy_step(args):
     params = train.writable_copy(params)  # the read-only file views are dropped here
     state, buffers = optimizer.new_adamw_state(params), {}
     tokens = np.random.default_rng(0).integers(0, hp["n_vocab"], 100_000)
-    recipe = dict(steps=args.steps, batch_size=args.batch_size, context=args.context, accum=1, lr=1e-4,
-                  min_lr_ratio=0.1, warmup=0, weight_decay=0.1, grad_clip=1.0, dropout=0.0, seed=0)  # train.py's defaults
+    recipe = train.recipe_with(steps=args.steps, batch_size=args.batch_size, context=args.context, warmup=0)
     times = {"forward and backward": [], "AdamW": []}
     adamw = train.adamw_step_fast
 
@@ -74,7 +73,7 @@ def numpy_step(args):
     for step in range(args.steps):
         times["AdamW"].append(0.0)
         t = time.perf_counter()
-        train.train_step(params, hp, state, tokens, step, buffers=buffers, **recipe)
+        train.train_step(params, hp, state, tokens, step, recipe, buffers)
         times["forward and backward"].append(time.perf_counter() - t - times["AdamW"][-1])
     return medians(times)
 

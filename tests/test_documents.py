@@ -154,7 +154,7 @@ def greedy_samples_that_end(ids):
     params = init_params(hp, 0)
     state, buffers = optimizer.new_adamw_state(params), {}
     for step in range(STOP_RECIPE["steps"]):
-        train.train_step(params, hp, state, ids, step, buffers=buffers, **STOP_RECIPE)
+        train.train_step(params, hp, state, ids, step, STOP_RECIPE, buffers)
     samples = [np.concatenate(list(generate([BYTES.eot] + BYTES.encode(name), params, hp, 20, top_k=1,
                                             stop=BYTES.eot))).tolist() for name in NAMES]
     return sum(BYTES.eot in sample for sample in samples)

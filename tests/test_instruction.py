@@ -163,7 +163,7 @@ def test_a_tiny_model_learns_to_reverse_words_it_never_saw():
     params = init_params(hp, 0)
     state, buffers = optimizer.new_adamw_state(params), {}
     for step in range(REVERSE_RECIPE["steps"]):
-        train.train_step(params, hp, state, rows, step, buffers=buffers, **REVERSE_RECIPE)
+        train.train_step(params, hp, state, rows, step, REVERSE_RECIPE, buffers)
     right = [w for w in unseen if np.concatenate(list(generate(BYTES.encode(f"{w}>"), params, hp, 6, top_k=1,
                                                                stop=BYTES.eot))).tolist()
              == BYTES.encode(w[::-1]) + [BYTES.eot]]

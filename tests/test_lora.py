@@ -128,10 +128,10 @@ def test_a_lora_step_trains_the_adapters_alone_and_leaves_the_weights_mapped(mod
     lora_params = train.with_adapters(params, adapters, 1.0)
     state = optimizer.new_adamw_state(adapters)
     before = {k: a.copy() for k, a in shapes.flatten(adapters).items()}
-    recipe = dict(seed=3, accum=2, batch_size=2, context=8, dropout=0.1, grad_clip=0.5, lr=1e-2, warmup=0, steps=10,
+    recipe = train.recipe_with(seed=3, accum=2, batch_size=2, context=8, dropout=0.1, grad_clip=0.5, lr=1e-2, warmup=0, steps=10,
                   min_lr_ratio=0.1, weight_decay=0.1)
     ids = np.random.default_rng(0).integers(0, hp["n_vocab"], 200)
-    train.train_step(lora_params, hp, state, ids, 0, buffers={}, adapters=adapters, **recipe)
+    train.train_step(lora_params, hp, state, ids, 0, recipe, {}, adapters)
     assert set(state["m"]) == set(before) == {f"h{i}/{p}/lora/{m}" for i in range(3)
                                               for p in ("attn/c_attn", "attn/c_proj", "mlp/c_proj") for m in "AB"}
     assert all(not np.array_equal(a, before[k]) for k, a in shapes.flatten(adapters).items())
@@ -208,9 +208,9 @@ def test_a_lora_run_never_copies_the_weights(tiny_model, corpus, tmp_path, monke
     def no_copy(params):
         raise AssertionError("a LoRA run copied the weights (train.writable_copy)")
 
-    def watched(params, *args, **kwargs):
-        seen["params"] = params
-        return loop(params, *args, **kwargs)
+    def watched(run, *args, **kwargs):
+        seen["params"] = run["params"]
+        return loop(run, *args, **kwargs)
 
     monkeypatch.setattr(train, "writable_copy", no_copy)
     monkeypatch.setattr(train, "train", watched)

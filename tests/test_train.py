@@ -28,12 +28,12 @@ def test_a_step_accumulating_two_micro_batches_in_reused_buffers(models):
     """train_step with --accum 2: the mean of the two micro-batches' gradients, clipped, then
     AdamW, although both micro-batches write their wte gradient into the same buffer."""
     hp, params = models["odd"]
-    recipe = dict(seed=3, accum=2, batch_size=2, context=8, dropout=0.0, grad_clip=0.5, lr=1e-3, warmup=0, steps=10,
+    recipe = train.recipe_with(seed=3, accum=2, batch_size=2, context=8, dropout=0.0, grad_clip=0.5, lr=1e-3, warmup=0, steps=10,
                   min_lr_ratio=0.1, weight_decay=0.1)
     ids = np.random.default_rng(0).integers(0, hp["n_vocab"], 200)
     a, b = train.writable_copy(params), train.writable_copy(params)
     sa, sb = optimizer.new_adamw_state(a), optimizer.new_adamw_state(b)
-    loss = train.train_step(a, hp, sa, ids, 4, buffers={}, **recipe)
+    loss = train.train_step(a, hp, sa, ids, 4, recipe, {})
     rng = np.random.default_rng([3, 4])
     runs = [backward.loss_and_grads(*train.batch(ids, 2, 8, rng), b, hp) for _ in range(2)]
     mean = {k: (x + shapes.flatten(runs[1][1])[k]) / 2 for k, x in shapes.flatten(runs[0][1]).items()}
@@ -320,26 +320,74 @@ def test_model_shape_flags_go_with_from_scratch(tiny_model, corpus, tmp_path):
 # --- the loop, in-process, and Ctrl-C ---------------------------------------------------------
 
 def test_train_is_the_loop_the_command_line_runs(tiny_model, corpus, tmp_path, capsys):
-    """train.train called with explicit arguments (no flags) reports, samples and saves as the
-    step's number calls for them, and gives the command line's checkpoint, bit for bit."""
-    import bpe
+    """set_up and train called from Python (no flags) report, sample and save as the step's number calls
+    for them, and give the command line's checkpoint, bit for bit."""
     cli = tmp_path / "cli"
     assert train_cli.main(train_args(tiny_model, corpus, cli)) == 0
-    hp, params = load_checkpoint(tiny_model)
-    params, encoder = train.writable_copy(params), bpe.get_encoder(tiny_model)
-    train_ids, val_ids = train.text_ids(encoder, corpus.read_text(encoding="utf-8"), 0.1, 16)
-    recipe = dict(steps=12, batch_size=2, context=16, accum=1, lr=3e-3, min_lr_ratio=0.1, warmup=3, weight_decay=0.1,
-                  grad_clip=1.0, dropout=0.0, seed=0, beta2=0.999)
     capsys.readouterr()
-    out = tmp_path / "loop"
-    code = train.train(params, hp, encoder, optimizer.new_adamw_state(params), train_ids, val_ids, recipe,
-                       out=str(out), vocab_dir=tiny_model, config={"steps": 12}, eval_every=5, sample_every=7,
-                       save_every=100, quiet=True)
+    out = str(tmp_path / "loop")
+    recipe = train.recipe_with(steps=12, batch_size=2, context=16, lr=3e-3, warmup=3, eval_every=5, sample_every=7,
+                               save_every=100)
+    run = train.set_up(out, recipe, [str(corpus)], base=tiny_model)
+    code = train.train(run, out, config={"steps": 12}, quiet=True)
     printed = capsys.readouterr().out.splitlines()
     assert code == 0 and [line.split(":")[0] for line in printed] == ["step 5", "step 7 sample", "step 10", "step 12"]
     assert all("validation loss" in line for line in printed if "sample" not in line)
-    assert (out / "model.ckpt.data-00000-of-00001").read_bytes() == (cli / "model.ckpt.data-00000-of-00001").read_bytes()
-    assert json.loads((out / "train_config.json").read_text()) == {"steps": 12}
+    assert open(os.path.join(out, "model.ckpt.data-00000-of-00001"), "rb").read() == (
+        cli / "model.ckpt.data-00000-of-00001").read_bytes()
+    assert json.loads(open(os.path.join(out, "train_config.json")).read()) == {"steps": 12}
+
+
+def test_the_recipe_is_its_defaults_with_the_settings_given():
+    recipe = train.recipe_with(steps=50, lr=3e-4)
+    assert recipe == {name: default for name, (default, _, _) in train.RECIPE.items()} | {"steps": 50, "lr": 3e-4,
+                                                                                       "warmup": 5}
+    assert train.recipe_with()["warmup"] == 20 and train.recipe_with(steps=9, warmup=4)["warmup"] == 4
+    assert train.with_context(recipe, {"n_ctx": 64})["context"] == 64
+    assert train.with_context(recipe, {"n_ctx": 1024})["context"] == train.CONTEXT == 256
+    assert train.with_context(recipe | {"context": 32}, {"n_ctx": 64})["context"] == 32
+    with pytest.raises(TypeError, match="the recipe has no setting 'learning_rate'"):
+        train.recipe_with(learning_rate=1e-3)
+
+
+def test_the_flags_are_train_pys_tables():
+    """Every setting of RECIPE, NEW_MODEL and LORA is a flag with its default and its help, so the two never disagree."""
+    p = train_cli.parser()
+    actions = {a.dest: a for a in p._actions}
+    tables = [(train.RECIPE, ""), (train.NEW_MODEL, ""), (train.LORA, "lora_")]
+    for table, prefix in tables:
+        for name, (default, kind, text) in table.items():
+            action = actions[prefix + name]
+            assert (action.default, action.type, action.option_strings) == (default, kind, [
+                f"--{(prefix + name).replace('_', '-')}"]) and action.help.endswith(text), name
+    args = train_cli.parse_args(["--out", "o", "--data", "d.txt"])
+    assert train.recipe_with(**{k: getattr(args, k) for k in train.RECIPE}) == train.recipe_with()
+
+
+def test_set_up_says_where_the_weights_and_the_state_come_from(tiny_model, corpus, tmp_path, capsys):
+    """A saved model: a writable float32 copy of its weights, a new state; resumed: the weights and state
+    saved in out, and base (the command line's download) never called; new: GPT-2's initialisation,
+    its table printed."""
+    out = str(tmp_path / "run")
+    recipe = train.recipe_with(steps=2, batch_size=2, context=16)
+    run = train.set_up(out, recipe, [str(corpus)], base=lambda: tiny_model)
+    _, base = load_checkpoint(tiny_model)
+    assert run["params"]["wte"].flags.writeable and np.array_equal(run["params"]["wte"], base["wte"])
+    assert run["state"]["step"] == 0 and run["vocab_dir"] == tiny_model and run["lora"] is None
+    assert train.train(run, out, config={}, quiet=True) == 0
+
+    def no_download():
+        raise AssertionError("a resumed run fetched its model")
+
+    resumed = train.set_up(out, recipe | {"steps": 3}, [str(corpus)], base=no_download, resume=True)
+    assert resumed["state"]["step"] == 2 and resumed["vocab_dir"] == out
+    assert np.array_equal(resumed["params"]["wte"], load_checkpoint(out)[1]["wte"])
+    new = dict(vocab_size=None, tokenizer=tiny_model, n_layer=1, n_head=2, n_embd=8)
+    capsys.readouterr()
+    made = train.set_up(str(tmp_path / "new"), recipe, [str(corpus)], new=new)
+    assert made["hparams"] == {"n_vocab": 50257, "n_ctx": 16, "n_embd": 8, "n_head": 2, "n_layer": 1}
+    assert capsys.readouterr().out.startswith("a new GPT-2: 1 layers, 2 heads, 8 wide, 50,257 ids")
+    assert not os.path.exists(tmp_path / "new")
 
 
 @pytest.fixture
@@ -566,11 +614,11 @@ def test_a_step_and_the_validation_use_the_models_layer_norm_eps():
     assert g.layer_norm_eps(hp) == 1e-3
     gpt2s_eps = {k: v for k, v in hp.items() if k != "layer_norm_epsilon"}
     ids = np.random.default_rng(1).integers(0, hp["n_vocab"], 400)
-    recipe = dict(steps=10, batch_size=2, context=8, accum=1, lr=1e-3, min_lr_ratio=0.1, warmup=0, weight_decay=0.1,
+    recipe = train.recipe_with(steps=10, batch_size=2, context=8, accum=1, lr=1e-3, min_lr_ratio=0.1, warmup=0, weight_decay=0.1,
                   grad_clip=1.0, dropout=0.0, seed=0)
     x, y = train.batch(ids, 2, 8, np.random.default_rng([0, 0]))  # the step's batch: seeded by (seed, step)
     want = backward.loss_and_grads(x, y, train.writable_copy(params), hp)[0]
-    got = train.train_step(train.writable_copy(params), hp, optimizer.new_adamw_state(params), ids, 0, **recipe)
+    got = train.train_step(train.writable_copy(params), hp, optimizer.new_adamw_state(params), ids, 0, recipe)
     assert got == pytest.approx(want, rel=1e-6)
     assert got != pytest.approx(backward.loss_and_grads(x, y, train.writable_copy(params), gpt2s_eps)[0], rel=1e-6)
     val = train.validation_loss(params, hp, ids, 8)
