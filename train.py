@@ -418,7 +418,7 @@ def parameter_table(hparams):
 
 def new_model(new, documents, recipe, vocab_dir, quiet=False):
     """From scratch: new["tokenizer"]'s vocabulary, or one learned from the training documents into
-    vocab_dir, and the model's shape; its n_ctx is the
+    vocab_dir (once the model it asks for is known to fit), and the model's shape; its n_ctx is the
     recipe's context. -> (the vocabulary's folder, its encoder, hparams)"""
     shape = {"n_ctx": recipe["context"], "n_embd": new["n_embd"], "n_head": new["n_head"], "n_layer": new["n_layer"]}
     if new["tokenizer"]:
@@ -429,6 +429,8 @@ def new_model(new, documents, recipe, vocab_dir, quiet=False):
         vocab_dir = new["tokenizer"]
     else:
         n_vocab = new["vocab_size"] or 257
+        if new["vocab_size"]:  # learned only if the model it makes can fit: a merge costs time
+            check_memory({"n_vocab": n_vocab, **shape}, recipe["batch_size"], recipe["context"], available_memory())
         train_documents, _ = split_documents(documents, recipe["val_fraction"])
         bpe.write_vocab(vocab_dir, bpe.train_vocab(train_documents, n_vocab, quiet))
         encoder = bpe.get_encoder(vocab_dir)

@@ -30,6 +30,9 @@ from plumbing.memory import available_memory
 FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that began from nothing
 NOT_SAVED = ("out", "resume", "quiet", "base_url")  # every other flag is the run's, and --resume reads it back
 LORA_FLAGS = tuple(f"lora_{name}" for name in train.LORA)  # a resumed run keeps them: its adapters are their shape
+# A billion micro-batches (--steps times --accum) is more than any run finishes: the smallest model there
+# is, one layer one wide, takes milliseconds a step (docs/fine_tuning.md), so weeks of nothing else.
+MOST_MICRO_BATCHES = 10 ** 9
 
 
 # ----------------------------------------------------------------------------
@@ -92,6 +95,13 @@ def check_flags(args):
             fail(f"--{name.replace('_', '-')} must be at least 1")
     if not 0 < args.beta2 < 1:
         fail("--beta2 must be in (0, 1)")
+    if args.seed < 0:
+        fail(f"--seed must be at least 0, got {args.seed}")
+    if args.steps > MOST_MICRO_BATCHES:
+        fail(f"--steps must be at most {MOST_MICRO_BATCHES:,}: no run finishes {args.steps:,} steps")
+    if args.steps * args.accum > MOST_MICRO_BATCHES:
+        fail(f"--steps {args.steps:,} --accum {args.accum:,} make {args.steps * args.accum:,} micro-batches: no run "
+             f"finishes that many; --steps times --accum must be at most {MOST_MICRO_BATCHES:,}")
     if args.from_scratch and "model" in args.given:
         fail("--from-scratch trains a new model: leave out --model (to train a model further, give --model alone)")
     if not args.from_scratch and args.given & set(train.NEW_MODEL):

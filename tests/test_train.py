@@ -224,7 +224,12 @@ def test_help_shows_every_default():
     (("--lr", "-1"), "--lr must be above 0"), (("--lr", "0"), "--lr must be above 0"),
     (("--lr", "nan"), "--lr must be above 0"), (("--weight-decay", "-0.1"), "--weight-decay must be at least 0"),
     (("--min-lr-ratio", "2"), "--min-lr-ratio must be in [0, 1]"), (("--warmup", "-1"), "--warmup must be at least 0"),
-    (("--grad-clip", "-1"), "--grad-clip must be at least 0")])
+    (("--grad-clip", "-1"), "--grad-clip must be at least 0"), (("--seed", "-1"), "--seed must be at least 0, got -1"),
+    (("--steps", "99999999999999999999"), "--steps must be at most 1,000,000,000: no run finishes "
+                                          "99,999,999,999,999,999,999 steps"),
+    (("--steps", "1000", "--accum", "10000000"), "--steps 1,000 --accum 10,000,000 make 10,000,000,000 micro-batches: "
+                                                 "no run finishes that many; --steps times --accum must be at most "
+                                                 "1,000,000,000")])
 def test_nonsense_settings_are_refused(tiny_model, corpus, tmp_path, flag, message):
     r = run_train(*train_args(tiny_model, corpus, tmp_path / "o", *flag))
     assert r.returncode == 2 and r.stderr.startswith(f"error: {message}"), r.stderr
@@ -303,6 +308,7 @@ def test_from_scratch_is_bit_reproducible_with_its_own_vocabulary(tmp_path, corp
     (["--context", "200000"], "too few for a context of 200000 in both"),
     (["--n-embd", "65536", "--n-head", "1", "--n-layer", "64"], "are free: use a smaller model, batch or context"),
     (["--vocab-size", "200"], "--vocab-size must be at least 257"),
+    (["--vocab-size", "99999999999"], "are free: use a smaller model, batch or context"),  # before a merge is learned
     (["--beta2", "1"], "--beta2 must be in (0, 1)"),
 ])
 def test_from_scratch_bad_input_is_one_line_and_nothing_is_written(tmp_path, args, message):
