@@ -75,7 +75,8 @@ def test_the_split_falls_between_documents_at_least_one_each_side():
     """The validation part is the fewest last documents that hold val_fraction of the characters,
     at least one, with at least one left to train on; none when val_fraction is 0."""
     ten = ["x" * 10] * 10
-    assert [train.held_out_count([len(d) for d in ten], f) for f in (0.0, 0.001, 0.1, 0.11, 0.25, 0.99)] == [0, 1, 1, 2, 3, 9]
+    fractions = (0.0, 0.001, 0.1, 0.11, 0.25, 0.99)
+    assert [train.held_out_count([len(d) for d in ten], f) for f in fractions] == [0, 1, 1, 2, 3, 9]
     assert train.held_out_count([5, 1000], 0.5) == 1 and train.held_out_count([1000, 5], 0.5) == 1
     assert train.held_out_count([100, 100, 1], 0.1) == 2  # the last document alone is 0.5% of the text
     docs = [f"document {i}" for i in range(10)]

@@ -128,8 +128,8 @@ def test_a_lora_step_trains_the_adapters_alone_and_leaves_the_weights_mapped(mod
     lora_params = train.with_adapters(params, adapters, 1.0)
     state = optimizer.new_adamw_state(adapters)
     before = {k: a.copy() for k, a in shapes.flatten(adapters).items()}
-    recipe = train.recipe_with(seed=3, accum=2, batch_size=2, context=8, dropout=0.1, grad_clip=0.5, lr=1e-2, warmup=0, steps=10,
-                  min_lr_ratio=0.1, weight_decay=0.1)
+    recipe = train.recipe_with(seed=3, accum=2, batch_size=2, context=8, dropout=0.1, grad_clip=0.5, lr=1e-2, warmup=0,
+                               steps=10)
     ids = np.random.default_rng(0).integers(0, hp["n_vocab"], 200)
     train.train_step(lora_params, hp, state, ids, 0, recipe, {}, adapters)
     assert set(state["m"]) == set(before) == {f"h{i}/{p}/lora/{m}" for i in range(3)
@@ -313,7 +313,7 @@ def test_a_released_size_is_refused_before_its_download(corpus, tmp_path, monkey
 
 def test_a_rank_no_targeted_layer_can_hold_is_refused_before_the_download_and_the_adapters(corpus, tmp_path):
     """1558M's layers are 1,600 wide: rank 1601 is refused from the size's shape alone, nothing fetched; on a
-    model, a rank its layers hold is made, one above is refused before any adapter is (here: the MLP's c_fc)."""
+    model, a rank its layers hold is accepted, one above is refused before any adapter is (here: the MLP's c_fc)."""
     args = ["--model", "1558M", "--data", str(corpus), "--out", str(tmp_path / "o"), "--models-dir",
             str(tmp_path / "models"), "--lora-rank", "1601"]
     with pytest.raises(train.UserError, match="--lora-rank 1601 is more than attn.c_attn can hold: an update of "

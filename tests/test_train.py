@@ -28,8 +28,8 @@ def test_a_step_accumulating_two_micro_batches_in_reused_buffers(models):
     """train_step with --accum 2: the mean of the two micro-batches' gradients, clipped, then
     AdamW, although both micro-batches write their wte gradient into the same buffer."""
     hp, params = models["odd"]
-    recipe = train.recipe_with(seed=3, accum=2, batch_size=2, context=8, dropout=0.0, grad_clip=0.5, lr=1e-3, warmup=0, steps=10,
-                  min_lr_ratio=0.1, weight_decay=0.1)
+    recipe = train.recipe_with(seed=3, accum=2, batch_size=2, context=8, dropout=0.0, grad_clip=0.5, lr=1e-3, warmup=0,
+                               steps=10)
     ids = np.random.default_rng(0).integers(0, hp["n_vocab"], 200)
     a, b = train.writable_copy(params), train.writable_copy(params)
     sa, sb = optimizer.new_adamw_state(a), optimizer.new_adamw_state(b)
@@ -357,7 +357,7 @@ def test_the_recipe_is_its_defaults_with_the_settings_given():
 
 
 def test_the_flags_are_train_pys_tables():
-    """Every setting of RECIPE, NEW_MODEL and LORA is a flag with its default and its help, so the two never disagree."""
+    """Every setting of RECIPE, NEW_MODEL and LORA is a flag with its default and its help: the two cannot disagree."""
     p = train_cli.parser()
     actions = {a.dest: a for a in p._actions}
     tables = [(train.RECIPE, ""), (train.NEW_MODEL, ""), (train.LORA, "lora_")]
@@ -620,8 +620,7 @@ def test_a_step_and_the_validation_use_the_models_layer_norm_eps():
     assert g.layer_norm_eps(hp) == 1e-3
     gpt2s_eps = {k: v for k, v in hp.items() if k != "layer_norm_epsilon"}
     ids = np.random.default_rng(1).integers(0, hp["n_vocab"], 400)
-    recipe = train.recipe_with(steps=10, batch_size=2, context=8, accum=1, lr=1e-3, min_lr_ratio=0.1, warmup=0, weight_decay=0.1,
-                  grad_clip=1.0, dropout=0.0, seed=0)
+    recipe = train.recipe_with(steps=10, batch_size=2, context=8, lr=1e-3, warmup=0)
     x, y = train.batch(ids, 2, 8, np.random.default_rng([0, 0]))  # the step's batch: seeded by (seed, step)
     want = backward.loss_and_grads(x, y, train.writable_copy(params), hp)[0]
     got = train.train_step(train.writable_copy(params), hp, optimizer.new_adamw_state(params), ids, 0, recipe)
