@@ -99,8 +99,8 @@ def name_filter(names, known):
 def run_with_cache(ids, params, hparams, names=None, memory=None):
     """One forward pass that keeps activations: -> (logits [B, T, V], cache {name: array}).
     names: which to keep (a list of TransformerLens names, or a predicate; default all).
-    Everything for B sequences of T tokens takes 4·B·T·(L·(19·C + 2·H·T) + 3·C) bytes
-    (e.g. 16 GB for 1024 tokens of 1558M): a request that would not fit in `memory`
+    Everything for B sequences of T tokens takes 4·B·T·(L·(19·C + 2·H·T) + 3·C) bytes: a request
+    that would not fit in `memory`
     (default: what the OS has available) is refused before any work."""
     ids = np.atleast_2d(np.asarray(ids))
     shapes = activation_shapes(hparams, *ids.shape)

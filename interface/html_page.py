@@ -6,8 +6,7 @@ It shows the prompt's tokens, every layer's attention (one small heatmap per hea
 layer and a head for a large one with token labels, and hover for the weight), the
 logit-lens grid coloured by probability, and the next-token table. Nothing is fetched: the
 data, the styles and the script are all in the file. The attention weights are stored as
-bytes (0..255 for 0..1, so within 1/510 of the computed values) to keep the page small:
-about 0.8 MB for 124M at 64 tokens.
+bytes (0..255 for 0..1, so within 1/510 of the computed values) to keep the page small.
 """
 import base64
 import html

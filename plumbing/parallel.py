@@ -56,8 +56,8 @@ def in_chunks(rowwise, *arrays):
 
 
 def reused(buffers, name, shape, dtype):
-    """buffers[name], made once and used again at every step: fresh memory is slow to touch
-    (the [B·T, V] logits are 51 MB at B=4, T=64; wte's gradient is 154 MB).
+    """buffers[name], made once and used again at every step: fresh memory is slow to touch, and a
+    step's largest arrays (the [B·T, V] logits, wte's gradient) are tens to hundreds of MB.
     buffers None: a new array every time."""
     if buffers is None:
         return np.empty(shape, dtype)
