@@ -257,8 +257,8 @@ def corpus(tmp_path_factory):
 
 
 # Hugging Face generate's ids, scores and distributions (tests/data/make_generate_golden.py): test_decoding.py,
-# test_beam_search.py
-with open(os.path.join(DATA, "generate_golden.json"), encoding="utf-8") as f:
+# test_beam_search.py, test_decoding_cli.py. $GPT2_GENERATE_GOLDEN: a fresh one instead (test_decoding.py's live test)
+with open(os.environ.get("GPT2_GENERATE_GOLDEN") or os.path.join(DATA, "generate_golden.json"), encoding="utf-8") as f:
     GENERATE_GOLDEN = json.load(f)["cases"]
 
 

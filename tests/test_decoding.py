@@ -2,12 +2,15 @@
 generate id for id against Hugging Face's generate (tests/data/generate_golden.json, made by
 tests/data/make_generate_golden.py): greedy with each processor and all of them, stop strings, and
 the distributions sampling draws from with min-p and every warper at once."""
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import generate_golden, golden_model, golden_settings, rand
+from conftest import DATA, GENERATE_GOLDEN, ROOT, generate_golden, golden_model, golden_settings, rand
 import gpt2_numpy as g
 from plumbing.errors import UserError
 
@@ -142,3 +145,26 @@ def test_processor_settings_that_make_no_sense_are_refused_by_name(kwargs, arg):
     with pytest.raises(UserError) as e:
         g.generate([1, 2], params, hparams, n_tokens=3, **{"token_bytes": token_bytes, **kwargs})
     assert e.value.arg == arg
+
+
+# --- dev-only: transformers itself, live ---------------------------------------------------------
+
+DEV_PYTHON = os.environ.get("GPT2_DEV_PYTHON", "")
+
+
+@pytest.mark.skipif(not DEV_PYTHON, reason="dev-only: needs a Python with torch and transformers 5.x: "
+                                           "GPT2_DEV_PYTHON=/work/devvenv/bin/python python -m pytest -q "
+                                           "tests/test_decoding.py -k live")
+def test_live_generate_gives_what_the_golden_holds_and_ours_agrees(tmp_path):
+    """generate run again now (make_generate_golden.py --out), and every golden test run against its answers."""
+    fresh = tmp_path / "generate_golden.json"
+    r = subprocess.run([DEV_PYTHON, os.path.join(DATA, "make_generate_golden.py"), "--out", str(fresh)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(fresh, encoding="utf-8") as f:
+        assert [c["name"] for c in json.load(f)["cases"]] == [c["name"] for c in GENERATE_GOLDEN]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_decoding.py",
+                        "tests/test_beam_search.py", "tests/test_decoding_cli.py", "-k", "generate and not live"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "GPT2_GENERATE_GOLDEN": str(fresh)})
+    assert r.returncode == 0 and " passed" in r.stdout.splitlines()[-1], r.stdout[-3000:]

@@ -3,7 +3,8 @@ stop strings and beam search, on three small GPT-2s, for tests/test_decoding.py 
 
 Dev-only (torch, transformers 5.x). Run from the project folder:
 
-    python tests/data/make_generate_golden.py
+    python tests/data/make_generate_golden.py               # writes tests/data/generate_golden.json
+    python tests/data/make_generate_golden.py --out F.json  # elsewhere: tests/test_decoding.py's live test
 
 The models, as Hugging Face folders:
   hf/tiny       random weights, GPT-2's vocabulary (tests/data/hf/make_hf_folders.py)
@@ -22,6 +23,7 @@ lengths and the most cases where early stopping changes the answer): " only" (69
 hf/inner. The trained model's beams end at "\\n" (198), a line; one case keeps its own <|endoftext|>, which it
 never writes, so that every beam runs to the last step.
 """
+import argparse
 import json
 import os
 import subprocess
@@ -164,6 +166,9 @@ def sampling_cases(cases, folder, model, prompt_ids, eos=None):
 
 
 def main():
+    p = argparse.ArgumentParser(description="Hugging Face generate's goldens for the decoding tests")
+    p.add_argument("--out", default=os.path.join(HERE, "generate_golden.json"), help="where to write them")
+    out = p.parse_args().out
     cases = []
     tiny = os.path.join(HERE, "hf", "tiny")
     model, tok = load(tiny), tokenizer(tiny)
@@ -195,7 +200,7 @@ def main():
         beam_stop_string_case(cases, "shakespeare", model, tok("First Citizen:\n")["input_ids"], tok, eot)
         sampling_cases(cases, "shakespeare", model, prompt, eos=eot)
 
-    with open(os.path.join(HERE, "generate_golden.json"), "w", encoding="utf-8") as f:
+    with open(out, "w", encoding="utf-8") as f:
         json.dump({"versions": f"torch {torch.__version__}, transformers {transformers.__version__}", "cases": cases},
                   f, indent=0)
     print(len(cases), "cases")
