@@ -152,3 +152,8 @@ def test_ctrl_c_during_beam_search_exits_130(monkeypatch, capsys):
     monkeypatch.setattr(beam_search, "beam_search", interrupted)
     status, out, err = run(capsys, ROMEO, "--model", TRAINED, "--num-beams", "2")
     assert status == 130 and err == "interrupted\n"
+
+
+def test_a_stop_string_ends_speculative_decoding_where_it_ends_plain_decoding(capsys):
+    args = (ROMEO, "--model", TRAINED, "--greedy", "--n-tokens", "16", "--stop", " bei")
+    assert run(capsys, *args, "--draft", "lookup") == run(capsys, *args)
