@@ -225,12 +225,12 @@ def closed_port():
 # The order a student meets failures in: the building blocks before the model built from
 # them, the model before the programs built on it. test_layout.py holds this list to every test file.
 FILE_ORDER = ["test_blocks.py", "test_crc32c.py", "test_bpe.py", "test_bpe_train.py", "test_checkpoint.py",
-              "test_folders.py", "test_model.py", "test_decoding.py", "test_beam_search.py", "test_initialise.py", "test_backward.py", "test_optimizer.py",
-              "test_parallel.py", "test_look_inside.py", "test_evaluate.py", "test_eval_golden.py", "test_train.py",
-              "test_documents.py", "test_instruction.py", "test_lora.py",
+              "test_folders.py", "test_model.py", "test_decoding.py", "test_beam_search.py", "test_initialise.py",
+              "test_backward.py", "test_optimizer.py", "test_parallel.py", "test_look_inside.py", "test_evaluate.py",
+              "test_eval_golden.py", "test_train.py", "test_documents.py", "test_instruction.py", "test_lora.py",
               "test_params.py", "test_safetensors_writer.py", "test_hf.py", "test_convert.py",
-              "test_download.py", "test_cli.py", "test_decoding_cli.py", "test_speculative.py", "test_html_page.py", "test_layout.py",
-              "test_real_weights.py", "test_exercises.py"]
+              "test_download.py", "test_cli.py", "test_decoding_cli.py", "test_speculative.py", "test_html_page.py",
+              "test_layout.py", "test_real_weights.py", "test_exercises.py"]
 
 
 def pytest_collection_modifyitems(items):

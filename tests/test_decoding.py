@@ -136,8 +136,9 @@ def test_a_batch_stops_each_sample_at_its_stop_string_and_pads_it_with_the_stop_
 
 @pytest.mark.parametrize("kwargs, arg", [
     ({"repetition_penalty": 0.0}, "repetition_penalty"), ({"repetition_penalty": -1.2}, "repetition_penalty"),
-    ({"repetition_penalty": float("nan")}, "repetition_penalty"), ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size"),
-    ({"no_repeat_ngram_size": 2.0}, "no_repeat_ngram_size"), ({"min_p": 1.5}, "min_p"), ({"min_p": -0.1}, "min_p"),
+    ({"repetition_penalty": float("nan")}, "repetition_penalty"),
+    ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size"), ({"no_repeat_ngram_size": 2.0}, "no_repeat_ngram_size"),
+    ({"min_p": 1.5}, "min_p"), ({"min_p": -0.1}, "min_p"),
     ({"stop_strings": [""]}, "stop_strings"), ({"stop_strings": "\n"}, "stop_strings"),
     ({"stop_strings": ["x"], "token_bytes": None}, "stop_strings")])
 def test_processor_settings_that_make_no_sense_are_refused_by_name(kwargs, arg):
