@@ -6,7 +6,7 @@ The file goes in the order the data flows:
   1. building blocks    gelu, softmax, layer_norm, linear (and LoRA's update), ffn
   2. attention          split_heads, attention_scores, attention, the KV cache, mha
   3. the model          transformer_block, gpt2_hidden, gpt2
-  4. generation         top-k, top-p, sampling, generate (streams tokens)
+  4. generation         the processors (penalties, top-k, top-p, min-p), sampling, stop strings, generate
   5. scoring            the next-token loss, score
   6. the checks at the door: clear errors for what NumPy would get wrong quietly
 and at the bottom the entry point, which hands over to interface/gpt2_cli.py.
@@ -258,6 +258,35 @@ def gpt2(ids, params, hparams, kv_cache=None, last_only=False, hook=no_hook):
 # ============================================================================
 # 4. Generation
 # ============================================================================
+# A step's logits [B, V] pass through Hugging Face generate's processors in its order: the penalties
+# on the raw logits (repetition, then n-grams), then the temperature, top-k, top-p and min-p.
+
+def penalize_repeats(logits, ids, penalty):
+    """CTRL's repetition penalty: s -> s / P where s > 0, else s · P, once on each id in the sequence
+    (prompt included).   logits [B, V], ids [B, T] -> [B, V]"""
+    seen = np.zeros(logits.shape, dtype=bool)
+    seen[np.arange(len(ids))[:, None], ids] = True
+    return np.where(seen, np.where(logits > 0, logits / penalty, logits * penalty), logits)
+
+
+def ban_repeated_ngrams(logits, ids, n):
+    """-inf for each token that would complete an n-gram already in the sequence (prompt included): an
+    n-gram whose first n - 1 tokens are the sequence's last n - 1 bans its last.   [B, V], [B, T] -> [B, V]"""
+    if ids.shape[1] < n:
+        return logits
+    ngrams = np.lib.stride_tricks.sliding_window_view(ids, n, axis=1)  # [B, T - n + 1, n]
+    rows, at = np.nonzero((ngrams[:, :, :-1] == ids[:, None, ids.shape[1] - n + 1:]).all(axis=-1))
+    banned = np.zeros(logits.shape, dtype=bool)
+    banned[rows, ngrams[rows, at, -1]] = True
+    return np.where(banned, -np.inf, logits).astype(np.float32)
+
+
+def penalized(logits, ids, repetition_penalty=1.0, no_repeat_ngram_size=0):
+    """The penalties that are on, in generate's order.   logits [B, V], ids [B, T] -> [B, V]"""
+    if repetition_penalty != 1.0:
+        logits = penalize_repeats(logits, ids, repetition_penalty)
+    return ban_repeated_ngrams(logits, ids, no_repeat_ngram_size) if no_repeat_ngram_size else logits
+
 
 def top_k_filter(logits, k):
     """Keep the k largest logits of each row, -inf elsewhere.   [B, V] -> [B, V]"""
@@ -278,30 +307,46 @@ def top_p_filter(logits, p):
     return np.where(drop, -np.inf, logits).astype(np.float32)
 
 
-def sampling_probs(logits, temperature=1.0, top_k=None, top_p=1.0):
+def min_p_filter(logits, p):
+    """min-p (Nguyen et al., 2024): -inf for each token less likely than p times the most likely,
+    which always stays.   [B, V] -> [B, V]"""
+    probs = softmax(logits)
+    return np.where(probs < p * probs.max(axis=-1, keepdims=True), -np.inf, logits).astype(np.float32)
+
+
+def sampling_probs(logits, temperature=1.0, top_k=None, top_p=1.0, min_p=0.0):
     """The distribution the next token is drawn from: softmax(logits / temperature), cut by
-    top_k and top_p (both after the temperature).   [B, V] -> [B, V]"""
+    top_k, top_p and min_p, in that order, after the temperature.   [B, V] -> [B, V]"""
     logits = logits / temperature
     if top_k:
         logits = top_k_filter(logits, top_k)
     if top_p < 1.0:
         logits = top_p_filter(logits, top_p)
-    return softmax(logits)
+    return softmax(min_p_filter(logits, min_p) if min_p else logits)
 
 
-def sample_next(logits, rng, temperature=1.0, top_k=None, top_p=1.0):
+def sample_next(logits, rng, temperature=1.0, top_k=None, top_p=1.0, min_p=0.0):
     """Pick each row's next token.   logits [B, V] -> ids [B]
     temperature 0 is greedy (argmax); otherwise a draw from sampling_probs, by inverting
     the cumulative distribution at a uniform draw."""
     if temperature == 0:
         return logits.argmax(axis=-1)
-    cdf = np.cumsum(sampling_probs(logits, temperature, top_k, top_p), axis=-1)  # [B, V]
+    cdf = np.cumsum(sampling_probs(logits, temperature, top_k, top_p, min_p), axis=-1)  # [B, V]
     u = rng.random((len(cdf), 1), dtype=np.float32) * cdf[:, -1:]
     return np.minimum((cdf <= u).sum(axis=-1), cdf.shape[-1] - 1)
 
 
-def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top_p=1.0, seed=None,
-             n_samples=1, stop=None, hook=no_hook, watch=None):
+def stop_string_end(text, n_new, stop_strings):
+    """Where the first stop string that the last token completes ends, an index into text; None if none.
+    text: the sequence's bytes, prompt included; n_new: the last token's. A string is completed where
+    it ends inside those last bytes: it may begin in earlier tokens, even the prompt's, and end mid-token."""
+    found = [(text.find(s, max(0, len(text) - n_new - len(s) + 1)), s) for s in stop_strings]
+    return min((at + len(s) for at, s in found if at >= 0), default=None)
+
+
+def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top_p=1.0, seed=None, n_samples=1,
+             stop=None, hook=no_hook, watch=None, min_p=0.0, repetition_penalty=1.0, no_repeat_ngram_size=0,
+             stop_strings=(), token_bytes=None):
     """Check the request now, then return the steps: a generator that yields the next token of
     every sample, one step at a time, as arrays [n_samples].
 
@@ -310,24 +355,38 @@ def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top
     text, the vocabulary's <|endoftext|> (encoder.eot; None: never stop). A sample that has
     produced it keeps yielding it; the loop ends when all have. An empty prompt starts
     from `stop`, as OpenAI's unconditional sampler starts from <|endoftext|>.
-    hook: see the top of the file; watch(logits [n_samples, V]) sees each step's logits.
+    The processors are Hugging Face generate's, in its order (section 4's top). stop_strings end a sample at
+    the token completing one (stop_string_end; token_bytes: each id's bytes); it then yields stop (or 0).
+    hook: see the top of the file; watch(logits [n_samples, V]) sees each step's penalized logits.
     Every argument is checked here, at the call: a mistake raises before any step is taken."""
-    check_sampling(n_tokens, temperature, top_k, top_p, n_samples)
+    check_sampling(n_tokens, temperature, top_k, top_p, n_samples, min_p, repetition_penalty, no_repeat_ngram_size,
+                   stop_strings, token_bytes)
     prompt = checked_prompt(ids, params, hparams, n_tokens, stop)  # [T]
-    rng, sampling = np.random.default_rng(seed), dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    return generate_steps(np.tile(prompt, (n_samples, 1)), params, hparams, n_tokens, rng, sampling, stop, hook, watch)
+    rng, sampling = np.random.default_rng(seed), dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    rules = dict(repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size)
+    return generate_steps(np.tile(prompt, (n_samples, 1)), params, hparams, n_tokens, rng, sampling, stop, hook, watch,
+                          rules, [s.encode("utf-8") for s in stop_strings], token_bytes)
 
 
-def generate_steps(batch, params, hparams, n_tokens, rng, sampling, stop, hook, watch):
+def generate_steps(batch, params, hparams, n_tokens, rng, sampling, stop, hook, watch, rules, stop_strings,
+                   token_bytes):
     """generate's loop, on a checked prompt batch [B, T]: prefill, then one token a step."""
-    kv_cache = new_kv_cache(hparams, len(batch), batch.shape[1] + n_tokens)
+    B, T = batch.shape
+    seqs = np.concatenate([batch, np.zeros((B, n_tokens), batch.dtype)], axis=1)  # what the penalties look back on
+    texts = [b"".join(token_bytes[i] for i in batch[0])] * B if stop_strings else None
+    kv_cache = new_kv_cache(hparams, B, T + n_tokens)
     logits = gpt2(batch, params, hparams, kv_cache, last_only=True, hook=hook)[:, -1]  # [B, V]
-    done = np.zeros(len(batch), dtype=bool)
+    done = np.zeros(B, dtype=bool)
     for step in range(n_tokens):
+        logits = penalized(logits, seqs[:, :T + step], **rules)
         if watch:
             watch(logits)
         next_ids = np.where(done, stop if stop is not None else 0, sample_next(logits, rng, **sampling))  # [B]
         yield next_ids
+        seqs[:, T + step] = next_ids
+        for i in np.flatnonzero(~done) if stop_strings else ():
+            texts[i] += token_bytes[next_ids[i]]
+            done[i] = stop_string_end(texts[i], len(token_bytes[next_ids[i]]), stop_strings) is not None
         done |= next_ids == stop
         if done.all() or step == n_tokens - 1:
             return
@@ -428,18 +487,23 @@ def is_whole_number(value, least):
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= least
 
 
-def check_sampling(n_tokens, temperature, top_k, top_p, n_samples):
-    """Clear errors for sampling settings that make no sense; each names its argument."""
-    if not is_whole_number(n_tokens, 0):
-        raise UserError(f"must be a whole number >= 0, got {n_tokens!r}", arg="n_tokens")
-    if not (temperature >= 0 and math.isfinite(temperature)):
-        raise UserError(f"must be >= 0 (0 means greedy), got {temperature!r}", arg="temperature")
-    if top_k is not None and not is_whole_number(top_k, 1):
-        raise UserError(f"must be a whole number >= 1, got {top_k!r}", arg="top_k")
-    if not 0 < top_p <= 1:
-        raise UserError(f"must be in (0, 1], got {top_p!r}", arg="top_p")
-    if not is_whole_number(n_samples, 1):
-        raise UserError(f"must be a whole number >= 1, got {n_samples!r}", arg="n_samples")
+def check_sampling(n_tokens, temperature, top_k, top_p, n_samples, min_p=0.0, repetition_penalty=1.0,
+                   no_repeat_ngram_size=0, stop_strings=(), token_bytes=None):
+    """Clear errors for generation settings that make no sense; each names its argument."""
+    for arg, value, ok, rule in (
+            ("n_tokens", n_tokens, is_whole_number(n_tokens, 0), "a whole number >= 0"),
+            ("temperature", temperature, temperature >= 0 and math.isfinite(temperature), ">= 0 (0 means greedy)"),
+            ("top_k", top_k, top_k is None or is_whole_number(top_k, 1), "a whole number >= 1"),
+            ("top_p", top_p, 0 < top_p <= 1, "in (0, 1]"),
+            ("n_samples", n_samples, is_whole_number(n_samples, 1), "a whole number >= 1"),
+            ("min_p", min_p, 0 <= min_p <= 1, "in [0, 1]"),
+            ("repetition_penalty", repetition_penalty, 0 < repetition_penalty < math.inf, "> 0 (1 is none)"),
+            ("no_repeat_ngram_size", no_repeat_ngram_size, is_whole_number(no_repeat_ngram_size, 0),
+             "a whole number >= 0 (0 is none)"),
+            ("stop_strings", stop_strings, not isinstance(stop_strings, str) and all(isinstance(s, str) and s for s in
+             stop_strings) and (token_bytes is not None or not stop_strings), "texts, none empty, with token_bytes")):
+        if not ok:
+            raise UserError(f"must be {rule}, got {value!r}", arg=arg)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,17 @@ EXERCISES = {
     26: ("LoRA's backward",
          [("backward.py", "lora_linear_backward", "test_lora_linear_backward_by_finite_differences")],
          ["test_every_adapter_gradient_matches_torch"], "lora"),
+    31: ("the repetition penalty",
+         [("gpt2_numpy.py", "penalize_repeats",
+           "test_the_repetition_penalty_divides_positive_and_multiplies_negative_logits_of_seen_tokens")],
+         ["test_greedy_with_the_processors_and_stop_strings_gives_generates_ids"], "repetition"),
+    32: ("the no-repeat mask",
+         [("gpt2_numpy.py", "ban_repeated_ngrams",
+           "test_the_no_repeat_mask_bans_each_token_that_would_complete_an_earlier_ngram")],
+         ["test_greedy_with_the_processors_and_stop_strings_gives_generates_ids"], "ngrams"),
+    33: ("one step of beam search",
+         [("beam_search.py", "beam_step", "test_beam_step_takes_the_best_continuations_of_all_the_beams")],
+         ["test_beam_search_gives_generates_sequences_and_scores"], "beams"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -129,7 +140,10 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "train": "python train.py --data FILE", "from_scratch": "python train.py --from-scratch",
          "perplexity": "python evaluate.py perplexity FILE", "lambada": "python evaluate.py lambada FILE",
          "instruction": "python train.py --data PAIRS.jsonl (instruction data)",
-         "lora": "python train.py --lora-rank R"}
+         "lora": "python train.py --lora-rank R",
+         "repetition": 'python gpt2_numpy.py --greedy --repetition-penalty 1.1 "prompt"',
+         "ngrams": 'python gpt2_numpy.py --greedy --no-repeat-ngram-size 2 "prompt"',
+         "beams": 'python gpt2_numpy.py --num-beams 3 "prompt"'}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -140,7 +154,9 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
          "from_scratch": (1, 2, 3, 4, 5, 6, 7, 9, 11, 12, 16, 17, 18, 19, 20, 21, 24),
          "perplexity": (1, 2, 3, 5, 10, 11, 12, 22), "lambada": (1, 2, 3, 5, 10, 11, 12, 23),
          "instruction": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
-         "lora": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 25, 26)}
+         "lora": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 25, 26),
+         "repetition": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 31), "ngrams": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 32),
+         "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The

@@ -7,6 +7,7 @@
     python gpt2_numpy.py "text" --top 10    the 10 most likely next tokens
     python gpt2_numpy.py "text" --lens      the logit lens (--html FILE: a page of it all)
     python gpt2_numpy.py "prompt" --draft lookup   speculative decoding (--draft MODEL: a draft model)
+    python gpt2_numpy.py "prompt" --num-beams 4    beam search (beam_search.py); docs/decoding.md for every rule
 
 Exit status: 0 done, 2 a user's mistake (one line on stderr, from a UserError), 130
 interrupted (Ctrl-C or SIGTERM). Anything else is a bug and shows its traceback.
@@ -20,6 +21,7 @@ import time
 
 import numpy as np
 
+import beam_search
 import gpt2_numpy as g
 import look_inside
 import parameters
@@ -56,7 +58,10 @@ def parse_args(argv):
     if args.greedy:
         args.temperature = 0.0
     try:
-        g.check_sampling(args.n_tokens, args.temperature, args.top_k, args.top_p, args.n_samples)
+        g.check_sampling(args.n_tokens, args.temperature, args.top_k, args.top_p, args.n_samples, args.min_p,
+                         args.repetition_penalty, args.no_repeat_ngram_size, args.stop,
+                         token_bytes=())  # the vocabulary's bytes come with the model
+        beam_search.check_beams(args.num_beams, args.num_return_sequences, args.length_penalty)
     except UserError as e:
         fail(user_message(e))
     if args.prompt is None and args.params is None:
@@ -71,12 +76,15 @@ def parse_args(argv):
     if args.top is not None and args.top < 1:
         fail("--top must be at least 1")
     if args.draft is not None:
-        check_draft_flags(args)
+        check_draft_flags(args, given_flags(p, argv))
     return args
 
 
-GENERATING = ("n_tokens", "temperature", "top_k", "top_p", "seed", "greedy", "n_samples", "no_stop", "draft",
-              "draft_tokens")
+SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")  # what beam search, which samples nothing, refuses
+PENALTIES = ("repetition_penalty", "no_repeat_ngram_size")
+BEAMS = ("length_penalty", "early_stopping", "num_return_sequences")  # what only beam search reads
+GENERATING = SAMPLING + PENALTIES + BEAMS + ("n_tokens", "greedy", "n_samples", "no_stop", "draft", "draft_tokens",
+                                            "stop", "num_beams")
 READINGS = ("params", "score", "trace", "lens", "html", "top")  # each reads the text once and prints its answer
 
 
@@ -104,6 +112,27 @@ def check_flags_agree(args, given):
         fail("--trace-block goes with --trace")
     if "draft_tokens" in given and "draft" not in given:
         fail("--draft-tokens goes with --draft")
+    check_beam_flags(args, given, flag)
+
+
+def check_beam_flags(args, given, flag):
+    """Beam search samples nothing and keeps its own beams: the flags of sampling, of several samples
+    and of speculative decoding are mistakes beside it, and its own flags are mistakes without it."""
+    beams = f"--num-beams {args.num_beams} (beam search, which samples nothing)"
+    if args.num_beams == 1:
+        for dest in BEAMS:
+            if dest in given:
+                fail(f"{flag(dest)} goes with --num-beams 2 or more: it is for beam search")
+        return
+    sampling = [d for d in SAMPLING if d in given and not (d == "temperature" and args.temperature == 0)]
+    if sampling:
+        fail(f"{flag(sampling[0])} is for sampling and does not go with {beams}")
+    if args.n_samples > 1:
+        fail(f"--n-samples is for sampling; {beams} returns --num-return-sequences sequences")
+    if args.draft is not None:
+        fail(f"--draft and {beams} do not combine: speculative decoding samples, one token at a time")
+    if args.json and args.top:
+        fail(f"--top with --json gives sampling's alternatives at each step; {beams} has none")
 
 
 def use_threads(n):
@@ -161,10 +190,32 @@ def generate_flags(p):
                                                     "draft agrees")
     p.add_argument("--draft-tokens", type=int, default=4, metavar="K", help="tokens the draft proposes a pass "
                                                                             "(default 4)")
+    p.add_argument("--min-p", type=float, default=0.0, metavar="P", help="sampling: drop every token less likely "
+                                                                         "than P times the most likely (default 0)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="P",
+                   help="every token already in the text (prompt included) made less likely: its logit divided by "
+                        "P where positive, times P where negative (default 1: none)")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=0, metavar="N",
+                   help="never write an N-gram that the text (prompt included) already holds (default 0: none)")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="end where the text has written TEXT, which is printed and nothing after it (repeatable)")
+    p.add_argument("--num-beams", type=at_least(1), default=1, metavar="K",
+                   help="beam search with K beams (default 1: none); deterministic, no sampling flags")
+    p.add_argument("--length-penalty", type=float, default=1.0, metavar="A", help="beam search: a finished text "
+                                                                                  "scores its log p / length ** A "
+                                                                                  "(default 1)")
+    p.add_argument("--early-stopping", action="store_true",
+                   help="beam search: stop as soon as K texts are finished (default: once no open beam can do better)")
+    p.add_argument("--num-return-sequences", type=at_least(1), default=1, metavar="R",
+                   help="beam search: print the best R of the K beams (default 1)")
 
 
-def check_draft_flags(args):
+def check_draft_flags(args, given):
     """--draft's settings, checked before any model loads."""
+    penalties = [d for d in PENALTIES + ("min_p",) if d in given]
+    if penalties:
+        fail(f"--{penalties[0].replace('_', '-')} and --draft do not combine: speculative decoding keeps the "
+             "model's own distribution")
     if args.n_samples != 1:
         fail("--n-samples must be 1 with a draft: speculative decoding runs one sample")
     try:
@@ -197,6 +248,8 @@ def start_ids(args, encoder):
 
 
 def run_generate(args, encoder, hparams, params):
+    if args.num_beams > 1:
+        return run_beams(args, encoder, hparams, params)
     prompt_ids = start_ids(args, encoder)
     stop = None if args.no_stop else encoder.eot
     draft = None if args.draft is None else load_draft(args, encoder, hparams)
@@ -205,13 +258,24 @@ def run_generate(args, encoder, hparams, params):
     samples, alternatives, first_time, first_burst = sample_and_stream(args, encoder, hparams, params, prompt_ids,
                                                                        stop, draft, draft_counts)
     elapsed = time.perf_counter() - start
-    finish = ["endoftext" if s and s[-1] == stop else "length" for s in samples]
-    samples = [s[:-1] if f == "endoftext" else s for s, f in zip(samples, finish)]
-    print_samples(args, encoder, prompt_ids, samples, finish, alternatives, draft_counts)
+    print_samples(args, encoder, prompt_ids, [ending(encoder, prompt_ids, s, stop, args.stop) for s in samples],
+                  alternatives, draft_counts)
     n = sum(len(s) for s in samples)
     if not args.quiet and n:
         print(speed_line(n, len(prompt_ids), first_time - start, elapsed, min(first_burst, n),
                          acceptance_rate(draft_counts) if draft else None), file=sys.stderr)
+
+
+def ending(encoder, prompt_ids, ids, stop, stop_strings):
+    """A continuation as it is shown: (its ids, without the stop token; its text, which ends with the stop
+    string that ended it, if one did; why it ended: "endoftext", "stop" or "length")."""
+    if ids and ids[-1] == stop:
+        return ids[:-1], encoder.decode(ids[:-1]), "endoftext"
+    prompt = encoder.decode_bytes(prompt_ids)
+    text = prompt + encoder.decode_bytes(ids)
+    end = g.stop_string_end(text, len(encoder.token_bytes[ids[-1]]), [s.encode() for s in stop_strings]) \
+        if ids and stop_strings else None
+    return ids, text[len(prompt):end].decode("utf-8", errors="replace"), "length" if end is None else "stop"
 
 
 def speed_line(n, n_prompt, first, elapsed, first_burst, accepted=None):
@@ -232,20 +296,22 @@ def acceptance_rate(draft_counts):
 
 
 def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop, draft=None, draft_counts=None):
-    """Generate, writing one sample's text as it comes. -> (the samples' ids, up to and with the stop
-    token; per step, per sample, the --top alternatives with --json; when the first token came; how
-    many tokens came with it: one a sample, or with a draft the first round's)"""
+    """Generate, writing one sample's text as it comes, and nothing past a stop string. -> (the samples'
+    ids, up to and with the token that ended each; per step, per sample, the --top alternatives with --json;
+    when the first token came; how many tokens came with it: one a sample, or with a draft the first round's)"""
     alternatives = []  # per step, per sample: the top --top tokens of the distribution sampled from
 
     def watch(logits):
-        probs = g.sampling_probs(logits, args.temperature or 1.0, args.top_k, args.top_p)
+        probs = g.sampling_probs(logits, args.temperature or 1.0, args.top_k, args.top_p, args.min_p)
         alternatives.append([top_entries(encoder, row, args.top) for row in probs])
 
     watching = watch if args.json and args.top else None
     if draft is None:
         steps = g.generate(prompt_ids, params, hparams, args.n_tokens, args.temperature, args.top_k, args.top_p,
-                           args.seed, args.n_samples, stop, watch=watching)
-    else:
+                           args.seed, args.n_samples, stop, watch=watching, min_p=args.min_p,
+                           repetition_penalty=args.repetition_penalty, no_repeat_ngram_size=args.no_repeat_ngram_size,
+                           stop_strings=args.stop, token_bytes=encoder.token_bytes)
+    else:  # it knows no stop strings: the loop below ends each sample at its own
         steps = speculative.generate_with_draft(prompt_ids, params, hparams, draft, args.draft_tokens, args.n_tokens,
                                                 args.temperature, args.top_k, args.top_p, args.seed, stop,
                                                 watch=watching, counts=draft_counts)
@@ -253,19 +319,30 @@ def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop, draft=No
     if stream:  # generate has checked the settings: nothing was printed before a mistake
         print(args.prompt, end="", flush=True)
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    samples = [[] for _ in range(args.n_samples)]
+    stop_strings = [s.encode() for s in args.stop]
+    samples, texts = [[] for _ in range(args.n_samples)], [encoder.decode_bytes(prompt_ids)] * args.n_samples
+    ended, shown = [False] * args.n_samples, len(texts[0])  # shown: how much of the first text is printed
     first_token_time, first_burst = None, args.n_samples
     for next_ids in steps:
         if first_token_time is None:
             first_token_time = time.perf_counter()
             if draft is not None:  # the first round's tokens come at once: the one judged, and those kept
                 first_burst = draft_counts["accepted"] + 1
-        for sample, token in zip(samples, next_ids.tolist()):
-            if not sample or sample[-1] != stop:
-                sample.append(token)
-        if stream and next_ids[0] != stop:
-            sys.stdout.write(utf8.decode(encoder.decode_bytes(next_ids[:1])))
+        for i, token in enumerate(next_ids.tolist()):
+            if ended[i]:
+                continue
+            samples[i].append(token)
+            ended[i] = token == stop
+            if not ended[i]:
+                texts[i] += encoder.token_bytes[token]
+                end = g.stop_string_end(texts[i], len(encoder.token_bytes[token]), stop_strings)
+                ended[i], texts[i] = end is not None, texts[i][:end]
+        if stream:
+            sys.stdout.write(utf8.decode(texts[0][shown:]))
             sys.stdout.flush()
+            shown = len(texts[0])
+        if all(ended):
+            break
     if first_token_time is None:  # no step at all (--n-tokens 0)
         first_token_time = time.perf_counter()
     if stream:
@@ -273,21 +350,45 @@ def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop, draft=No
     return samples, alternatives, first_token_time, first_burst
 
 
-def print_samples(args, encoder, prompt_ids, samples, finish, alternatives, draft_counts=None):
-    """--json: one object; several samples: one after another. (One sample was streamed already.)"""
+def print_samples(args, encoder, prompt_ids, endings, alternatives, draft_counts=None, scores=None):
+    """--json: one object; several samples (or beams): one after another. (One sample was streamed already;
+    one beam is printed whole.) endings: each sample's (ids, text, finish); scores: each beam's."""
     if args.json:
         out = {"model": args.model, "prompt_ids": prompt_ids,
-               "samples": [{"ids": s, "text": encoder.decode(s), "finish": f} for s, f in zip(samples, finish)]}
+               "samples": [{"ids": ids, "text": text, "finish": finish} for ids, text, finish in endings]}
         if args.top:
             for i, sample in enumerate(out["samples"]):
                 sample["top"] = [step[i] for step in alternatives[:len(sample["ids"])]]
         if args.draft is not None:
             out["draft"] = {"model": args.draft, "tokens": args.draft_tokens, **draft_counts,
                             "acceptance_rate": acceptance_rate(draft_counts)}
+        if scores is not None:
+            out["num_beams"] = args.num_beams
+            for sample, score in zip(out["samples"], scores):
+                sample["score"] = score
         print(json.dumps(out))
-    elif args.n_samples > 1:
-        for i, s in enumerate(samples):
-            print(f"{'=' * 20} SAMPLE {i + 1} {'=' * 20}\n{args.prompt}{encoder.decode(s)}")
+    elif scores is not None and len(endings) == 1:
+        print(args.prompt + endings[0][1])
+    elif len(endings) > 1:
+        for i, (_, text, _) in enumerate(endings):
+            what = f"SAMPLE {i + 1}" if scores is None else f"BEAM {i + 1}, score {scores[i]:.4f}"
+            print(f"{'=' * 20} {what} {'=' * 20}\n{args.prompt}{text}")
+
+
+def run_beams(args, encoder, hparams, params):
+    """--num-beams K: beam_search's best --num-return-sequences sequences, printed whole at the end."""
+    prompt_ids = start_ids(args, encoder)
+    stop = None if args.no_stop else encoder.eot
+    start = time.perf_counter()
+    best = beam_search.beam_search(prompt_ids, params, hparams, args.n_tokens, args.num_beams, args.length_penalty,
+                                   args.early_stopping, args.num_return_sequences, stop, args.stop,
+                                   encoder.token_bytes, args.repetition_penalty, args.no_repeat_ngram_size)
+    elapsed = time.perf_counter() - start
+    print_samples(args, encoder, prompt_ids, [ending(encoder, prompt_ids, ids, stop, args.stop) for ids, _ in best],
+                  [], scores=[score for _, score in best])
+    if not args.quiet:
+        print(f"[{plural(args.num_beams, 'beam')} in {elapsed:.2f} s: prompt of {plural(len(prompt_ids), 'token')}, "
+              f"the best {plural(len(best[0][0]), 'token')} long]", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------

@@ -15,7 +15,9 @@ MODEL_HELP = f"{SIZES}, a model folder (OpenAI's or Hugging Face's), or hf:owner
 # The Python API's argument names, as the command lines spell them.
 FLAGS = {"n_tokens": "--n-tokens", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
          "n_samples": "--n-samples", "trace_block": "--trace-block", "draft_tokens": "--draft-tokens",
-         "context": "--context", "stride": "--stride"}
+         "context": "--context", "stride": "--stride", "min_p": "--min-p", "repetition_penalty": "--repetition-penalty",
+         "no_repeat_ngram_size": "--no-repeat-ngram-size", "stop_strings": "--stop", "num_beams": "--num-beams",
+         "num_return_sequences": "--num-return-sequences", "length_penalty": "--length-penalty"}
 
 
 def model_flags(parser, positional=False, model_help=MODEL_HELP, base_url=True):

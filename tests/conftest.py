@@ -2,7 +2,9 @@
 
 Nothing here touches the network beyond 127.0.0.1.
 """
+import functools
 import http.server
+import json
 import os
 import shutil
 import socket
@@ -223,12 +225,12 @@ def closed_port():
 # The order a student meets failures in: the building blocks before the model built from
 # them, the model before the programs built on it. test_layout.py holds this list to every test file.
 FILE_ORDER = ["test_blocks.py", "test_crc32c.py", "test_bpe.py", "test_bpe_train.py", "test_checkpoint.py",
-              "test_folders.py", "test_model.py", "test_initialise.py", "test_backward.py", "test_optimizer.py",
-              "test_parallel.py", "test_look_inside.py", "test_evaluate.py", "test_eval_golden.py", "test_train.py",
-              "test_documents.py", "test_instruction.py", "test_lora.py",
+              "test_folders.py", "test_model.py", "test_decoding.py", "test_beam_search.py", "test_initialise.py",
+              "test_backward.py", "test_optimizer.py", "test_parallel.py", "test_look_inside.py", "test_evaluate.py",
+              "test_eval_golden.py", "test_train.py", "test_documents.py", "test_instruction.py", "test_lora.py",
               "test_params.py", "test_safetensors_writer.py", "test_hf.py", "test_convert.py",
-              "test_download.py", "test_cli.py", "test_speculative.py", "test_html_page.py", "test_layout.py",
-              "test_real_weights.py", "test_exercises.py"]
+              "test_download.py", "test_cli.py", "test_decoding_cli.py", "test_speculative.py", "test_html_page.py",
+              "test_layout.py", "test_real_weights.py", "test_exercises.py"]
 
 
 def pytest_collection_modifyitems(items):
@@ -252,3 +254,35 @@ def corpus(tmp_path_factory):
     words = "the cat sat on a mat and the dog ran to the park while birds sang in tall green trees".split()
     (folder / "notes.txt").write_text(" ".join(rng.choice(words, 2000)), encoding="utf-8")
     return folder / "notes.txt"
+
+
+# Hugging Face generate's ids, scores and distributions (tests/data/make_generate_golden.py): test_decoding.py,
+# test_beam_search.py, test_decoding_cli.py. $GPT2_GENERATE_GOLDEN: a fresh one instead (test_decoding.py's live test)
+with open(os.environ.get("GPT2_GENERATE_GOLDEN") or os.path.join(DATA, "generate_golden.json"), encoding="utf-8") as f:
+    GENERATE_GOLDEN = json.load(f)["cases"]
+
+
+def generate_golden(kind):
+    """The golden's cases of one kind: "greedy", "beams" or "sampling"."""
+    def kind_of(case):
+        kw = case["generate"]
+        return "beams" if kw.get("num_beams", 1) > 1 else "sampling" if kw.get("do_sample") else "greedy"
+    return [case for case in GENERATE_GOLDEN if kind_of(case) == kind]
+
+
+@functools.lru_cache(maxsize=None)
+def golden_model(folder):
+    """(hparams, params, each id's bytes or None) of a generate golden's folder (under tests/data), loaded once."""
+    from plumbing.weights import load_weights
+    path = os.path.join(DATA, folder)
+    hparams, params = load_weights(path)
+    has_vocabulary = any(os.path.exists(os.path.join(path, f)) for f in ("encoder.json", "vocab.json"))
+    return hparams, params, bpe.get_encoder(path).token_bytes if has_vocabulary else None
+
+
+def golden_settings(case):
+    """A generate golden's settings, in our names: what generate and beam_search share."""
+    kw = case["generate"]
+    return dict(n_tokens=kw["max_new_tokens"], stop=kw["eos_token_id"], stop_strings=kw.get("stop_strings", ()),
+                repetition_penalty=kw.get("repetition_penalty", 1.0),
+                no_repeat_ngram_size=kw.get("no_repeat_ngram_size", 0))

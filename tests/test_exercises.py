@@ -221,6 +221,11 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "lora": ["train.py", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "3", "--batch-size",
              "2", "--context", "16", "--lr", "1e-2", "--eval-every", "1", "--sample-every", "3", "--quiet",
              "--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "c_attn,c_proj"],
+    "repetition": ["gpt2_numpy.py", "--model", "model", "--greedy", "--repetition-penalty", "1.1", "--n-tokens", "12",
+                   "--quiet", PROMPT],
+    "ngrams": ["gpt2_numpy.py", "--model", "model", "--greedy", "--no-repeat-ngram-size", "2", "--n-tokens", "12",
+               "--quiet", PROMPT],
+    "beams": ["gpt2_numpy.py", "--model", "model", "--num-beams", "3", "--n-tokens", "10", "--quiet", PROMPT],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -245,6 +250,15 @@ WRONG = {
                             "dh = (dy2 @ B.T) * s\n"
                             "return (dy2 @ w.T).reshape(x.shape), {'A': x2.T @ dh, 'B': ((x2 @ A) * s).T @ dy2}",
     # dx without the adapter's share: the layers below learn from the frozen weights' gradient alone
+    "penalize_repeats": "out = logits.copy()\nfor b, row in enumerate(ids):\n    for t in row:\n"
+                        "        out[b, t] = out[b, t] / penalty if out[b, t] > 0 else out[b, t] * penalty\nreturn out",
+    # once for every time a token came, not once a token
+    "ban_repeated_ngrams": "banned = np.zeros(logits.shape, dtype=bool)\n"
+                           "banned[np.arange(len(ids))[:, None], ids] = True\n"
+                           "return np.where(banned, -np.inf, logits).astype(np.float32)",  # every seen token: n = 1
+    "beam_step": "totals = logprobs.ravel()\nbest = np.argsort(-totals, kind='stable')[:n]\n"
+                 "return totals[best], best // logprobs.shape[1], best % logprobs.shape[1]",  # the beams' own scores
+    # forgotten: each step's likeliest tokens, whatever the path before them
 }
 
 
