@@ -2,34 +2,24 @@
 
     python gpt2_numpy.py "Alan Turing theorized that computers would one day become"
 
-The file goes in the order the data flows:
   1. building blocks    gelu, softmax, layer_norm, linear (and LoRA's update), ffn
   2. attention          split_heads, attention_scores, attention, the KV cache, mha
   3. the model          transformer_block, gpt2_hidden, gpt2
   4. generation         the processors (penalties, top-k, top-p, min-p), sampling, stop strings, generate
   5. scoring            the next-token loss, score
   6. the checks at the door: clear errors for what NumPy would get wrong quietly
-and at the bottom the entry point, which hands over to interface/gpt2_cli.py.
+The entry point at the bottom hands over to interface/gpt2_cli.py; finding and reading the weights is
+interface/loading.py's work. The model needs NumPy alone, and knows nothing of either.
 
-It needs NumPy and nothing else: finding, downloading and reading the weights is
-interface/loading.py's work, and the command line is interface/gpt2_cli.py's. The model
-knows nothing of either.
+Arrays are float32. Shapes: B batch, T positions, C = n_embd, H = n_head, D = C / H (a head's width),
+V = n_vocab. Names follow OpenAI's checkpoint (wte, wpe, ln_1, c_attn, c_proj, ln_2, c_fc, ln_f), so
+the code and the checkpoint explain each other; hparams are hparams.json's (n_vocab, n_ctx, n_embd,
+n_head, n_layer, and a Hugging Face config's layer_norm_epsilon), read where they are needed.
 
-Arrays are float32 throughout. Shapes use B = batch, T = positions, C = n_embd,
-H = n_head, D = C / H (one head's width), V = n_vocab. Parameter names follow
-OpenAI's checkpoint (wte, wpe, ln_1, c_attn, c_proj, ln_2, c_fc, ln_f), so the
-code and the checkpoint explain each other. hparams are the model's settings, as
-hparams.json gives them (n_vocab, n_ctx, n_embd, n_head, n_layer, and a Hugging Face
-config's layer_norm_epsilon where it sets one): the model reads what it needs from them.
-
-Hooks: the model passes each activation it makes through `hook(name, array)`, which
-returns the array to go on with. The default, `no_hook`, lets everything through
-unchanged; look_inside.py passes its own, to record every stage or to change one.
-So the forward pass is written once, here.
-
-Plain first, fast beside it: where speed needs a cleverer form (gelu_fast), the plain
-function stays beside it and a test holds the two equal; in a handout the fast form
-calls the student's plain one.
+Hooks: each activation passes through hook(name, array), which returns the array to go on with
+(no_hook: unchanged); look_inside.py passes its own, so the forward pass is written once, here.
+Plain first: a fast form (gelu_fast) stays beside its plain one and a test holds the two equal; in a
+handout the fast form calls the student's plain one.
 """
 import math
 import sys
@@ -347,18 +337,14 @@ def stop_string_end(text, n_new, stop_strings):
 def generate(ids, params, hparams, n_tokens=40, temperature=1.0, top_k=None, top_p=1.0, seed=None, n_samples=1,
              stop=None, hook=no_hook, watch=None, min_p=0.0, repetition_penalty=1.0, no_repeat_ngram_size=0,
              stop_strings=(), token_bytes=None):
-    """Check the request now, then return the steps: a generator that yields the next token of
-    every sample, one step at a time, as arrays [n_samples].
-
-    The prompt goes through the model once (filling the KV cache); then each step
-    feeds only the newest token. The samples run as one batch. stop: the id that ends a
-    text, the vocabulary's <|endoftext|> (encoder.eot; None: never stop). A sample that has
-    produced it keeps yielding it; the loop ends when all have. An empty prompt starts
-    from `stop`, as OpenAI's unconditional sampler starts from <|endoftext|>.
-    The processors are Hugging Face generate's, in its order (section 4's top). stop_strings end a sample at
-    the token completing one (stop_string_end; token_bytes: each id's bytes); it then yields stop (or 0).
-    hook: see the top of the file; watch(logits [n_samples, V]) sees each step's penalized logits.
-    Every argument is checked here, at the call: a mistake raises before any step is taken."""
+    """Check the request now (a mistake raises before any step), then return the steps: a generator
+    that yields the next token of every sample, one step at a time, as arrays [n_samples].
+    The prompt goes through the model once (filling the KV cache); then each step feeds only the newest
+    token; the samples run as one batch. stop: the id that ends a text (encoder.eot; None: never stop);
+    a sample that has ended yields it (or 0) until all have. An empty prompt starts from `stop`, as
+    OpenAI's unconditional sampler starts from <|endoftext|>. The processors run in generate's order
+    (section 4's top); stop_strings end a sample at the token that completes one (token_bytes: each id's
+    bytes). watch(logits [n_samples, V]) sees each step's penalized logits."""
     check_sampling(n_tokens, temperature, top_k, top_p, n_samples, min_p, repetition_penalty, no_repeat_ngram_size,
                    stop_strings, token_bytes)
     prompt = checked_prompt(ids, params, hparams, n_tokens, stop)  # [T]
