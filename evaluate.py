@@ -25,11 +25,11 @@ import sys
 
 import numpy as np
 
-import gpt2_numpy as g
+from gpt2_numpy import checked_ids, gpt2_hidden, token_logprobs
 from plumbing.errors import UserError
 
-ROWS = 256  # output rows a chunk: [256, V] logits are 51 MB at GPT-2's vocabulary, [T, V] would be 200 MB a text
-POOL = 64  # batches read ahead and sorted by length together: little padding, and memory stays flat
+READ_AHEAD_BATCHES = 64  # batches read ahead and sorted by length together: little padding, and memory stays flat
+OUTPUT_LAYER_ROWS = 256  # positions through the output layer at a time: [256, V] logits are 51 MB at GPT-2's vocabulary
 
 
 # ============================================================================
@@ -45,8 +45,7 @@ def rolling_windows(ids, prefix_id, context, stride):
     after prefix_id; each later one predicts the next S = stride tokens from the N tokens before
     the last of them, so the first of those S sees N - S + 1 tokens of context. A smaller S gives
     each prediction more context (a lower perplexity) for N / S times the work."""
-    if not 1 <= stride <= context:
-        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
+    check_stride(stride, context)
     ids = list(ids)
     if not ids:
         return []
@@ -62,8 +61,7 @@ def rolling_windows(ids, prefix_id, context, stride):
 def rolling_windows_fast(ids, prefix_id, context, stride):
     """rolling_windows, for a long document: one window at a time, each a pair of slices of ids (an
     array), so that no list of all its windows is ever made. A test holds the two equal."""
-    if not 1 <= stride <= context:
-        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
+    check_stride(stride, context)
     if len(ids):
         yield [prefix_id], ids[:context]
     predicted = min(context, len(ids))
@@ -71,6 +69,12 @@ def rolling_windows_fast(ids, prefix_id, context, stride):
         end = min(predicted + stride, len(ids))
         yield ids[end - 1 - context:predicted], ids[predicted:end]
         predicted = end
+
+
+def check_stride(stride, context):
+    """A window moves 1 to `context` tokens: a larger stride would skip tokens, and 0 would never move."""
+    if not 1 <= stride <= context:
+        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
 
 
 # ============================================================================
@@ -88,35 +92,34 @@ def score_batch(requests, params, hparams):
     computes; and each text's positions stay 0..len-1, as when it is scored alone. Only the rows
     of real continuation tokens are read out.
     Padding on the left would be wrong without more work: it shifts every real token's position
-    id by the padding's length (and would need a mask to hide the padding before it). That was the
-    bug of Hugging Face transformers #21080: left-padded GPT-2 batches gave other logits than the
-    same texts alone."""
+    id by the padding's length (and would need a mask to hide the padding before it)."""
     inputs = [np.concatenate([np.asarray(c, np.int64), np.asarray(t, np.int64)])[:-1] for c, t in requests]
     batch = np.zeros((len(inputs), max(map(len, inputs))), np.int64)  # [B, T]; 0 pads: never attended to
     for row, x in zip(batch, inputs):
         row[:len(x)] = x
-    g.checked_ids(batch, params)
-    hidden = g.gpt2_hidden(batch, params, hparams)  # [B, T, C]
+    checked_ids(batch, params)
+    hidden = gpt2_hidden(batch, params, hparams)  # [B, T, C]
     where = [(i, len(x) - len(t)) for i, (x, (_, t)) in enumerate(zip(inputs, requests))]
     rows = np.concatenate([hidden[i, start:start + len(t)] for (i, start), (_, t) in zip(where, requests)])  # [M, C]
     targets = np.concatenate([np.asarray(t, np.int64) for _, t in requests])  # [M]
     logprobs, argmax = np.empty(len(rows), np.float32), np.empty(len(rows), np.int64)
-    for s in range(0, len(rows), ROWS):  # the output layer a chunk of rows at a time: memory stays small
-        logits = rows[s:s + ROWS] @ params["wte"].T  # [ROWS, V]
-        logprobs[s:s + ROWS] = g.token_logprobs(logits, targets[s:s + ROWS])
-        argmax[s:s + ROWS] = logits.argmax(axis=-1)
+    for s in range(0, len(rows), OUTPUT_LAYER_ROWS):  # the output layer a chunk of rows at a time: memory stays small
+        chunk = slice(s, s + OUTPUT_LAYER_ROWS)
+        logits = rows[chunk] @ params["wte"].T  # [OUTPUT_LAYER_ROWS, V]
+        logprobs[chunk] = token_logprobs(logits, targets[chunk])
+        argmax[chunk] = logits.argmax(axis=-1)
     ends = np.cumsum([len(t) for _, t in requests])
     return [(lp, bool(np.all(am == t))) for lp, am, t in
             zip(np.split(logprobs, ends[:-1]), np.split(argmax, ends[:-1]), np.split(targets, ends[:-1]))]
 
 
 def score_requests(requests, params, hparams, batch_size=8, progress=None):
-    """score_batch over any number of requests (an iterable: read POOL batches ahead), batch_size at a
+    """score_batch over any number of requests (an iterable: read READ_AHEAD_BATCHES batches ahead), batch_size at a
     time, longest first so that little is padded; -> the results one by one, in the input's order.
     progress(n): told how many tokens each batch scored."""
     requests = iter(requests)
     while True:
-        pool = [r for _, r in zip(range(batch_size * POOL), requests)]
+        pool = [r for _, r in zip(range(batch_size * READ_AHEAD_BATCHES), requests)]
         if not pool:
             return
         order = sorted(range(len(pool)), key=lambda i: -(len(pool[i][0]) + len(pool[i][1])))
@@ -147,8 +150,7 @@ def perplexity(documents, encoder, params, hparams, context=None, stride=None, b
     stride = context if stride is None else stride
     if not 1 <= context <= hparams["n_ctx"]:
         raise UserError(f"must be between 1 and the model's context ({hparams['n_ctx']}), got {context}", arg="context")
-    if not 1 <= stride <= context:
-        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
+    check_stride(stride, context)
     documents = list(documents)
     for n, document in enumerate(documents, 1):
         if not document:
@@ -203,14 +205,14 @@ def loglikelihood_requests(pairs, encoder, n_ctx, names=None):
     requests = []
     for i, (context, continuation) in enumerate(pairs):
         name = names[i] if names else f"pair {i + 1}"
-        context_ids, continuation_ids_ = continuation_ids(context, continuation, encoder)
-        if not continuation_ids_:
+        context_ids, target_ids = continuation_ids(context, continuation, encoder)
+        if not target_ids:
             raise UserError(f"{name}: the continuation {continuation!r} has no tokens of its own after the context")
-        if len(continuation_ids_) > n_ctx:
-            raise UserError(f"{name}: the continuation's {len(continuation_ids_)} tokens do not fit the model's "
+        if len(target_ids) > n_ctx:
+            raise UserError(f"{name}: the continuation's {len(target_ids)} tokens do not fit the model's "
                             f"context of {n_ctx}")
-        keep = n_ctx + 1 - len(continuation_ids_)  # context tokens that fit: at least 1
-        requests.append((context_ids[max(0, len(context_ids) - keep):], continuation_ids_))
+        keep = n_ctx + 1 - len(target_ids)  # context tokens that fit: at least 1
+        requests.append((context_ids[max(0, len(context_ids) - keep):], target_ids))
     return requests
 
 
