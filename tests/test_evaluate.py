@@ -101,6 +101,59 @@ def test_batched_scoring_equals_scoring_each_text_alone_and_keeps_the_order(tiny
                                    rtol=1e-5)
 
 
+def test_batches_hold_at_most_batch_size_requests_and_batch_tokens_positions_longest_first():
+    requests = [([EOT], list(range(n))) for n in (3, 40, 7, 64, 1, 20, 20, 9)]  # inputs of n positions
+    length = [len(c) + len(t) - 1 for c, t in requests]
+    for batch_size, batch_tokens in ((1, 1024), (64, 1), (64, 40), (3, 64), (64, 1024), (2, 50)):
+        batches = evaluate.batches(requests, batch_size, batch_tokens)
+        assert sorted(i for batch in batches for i in batch) == list(range(len(requests)))  # each once
+        order = [i for batch in batches for i in batch]
+        assert [length[i] for i in order] == sorted(length, reverse=True)  # longest first: little padding
+        for batch in batches:
+            assert len(batch) <= batch_size
+            assert len(batch) == 1 or len(batch) * length[batch[0]] <= batch_tokens  # rows x the longest
+            rest = order[order.index(batch[-1]) + 1:]
+            assert not rest or len(batch) == batch_size or (len(batch) + 1) * length[batch[0]] > batch_tokens
+    assert evaluate.batches(requests, 64, 40) == [[3], [1], [5, 6], [7, 2, 0, 4]]  # 64 and 40 alone: over 40
+
+
+def test_batching_by_tokens_gives_the_numbers_of_one_request_at_a_time(tiny):
+    encoder, hparams, params = tiny
+    texts = ["Hi", "The quick brown fox jumps over the lazy dog.", "a", "x " * 30, DOCUMENTS[0]]
+    requests = [([EOT], encoder.encode(t)[:64]) for t in texts]
+    alone = list(evaluate.score_requests(requests, params, hparams, batch_size=1))
+    for batch_tokens in (1, 64, 100, 10_000):
+        for (logprobs, greedy), (one, one_greedy) in zip(
+                evaluate.score_requests(requests, params, hparams, batch_tokens=batch_tokens), alone):
+            np.testing.assert_allclose(logprobs, one, rtol=1e-6)  # a row's sums may round in another order
+            assert greedy == one_greedy
+    nll = evaluate.perplexity(DOCUMENTS, encoder, params, hparams, 16, 5, batch_size=1)["nll"]
+    for batch_tokens in (16, 100, 10_000):
+        got = evaluate.perplexity(DOCUMENTS, encoder, params, hparams, 16, 5, batch_tokens=batch_tokens)["nll"]
+        assert got == pytest.approx(nll, rel=1e-6)
+
+
+def test_the_progress_moves_as_each_window_is_scored(tiny, monkeypatch):
+    """A budget of one window a batch: the bar moves after each window, by its tokens, not once at the end."""
+    encoder, hparams, params = tiny
+    events, score_batch = [], evaluate.score_batch
+
+    def recorded(requests, *args):
+        events.append(("batch", len(requests)))
+        return score_batch(requests, *args)
+
+    monkeypatch.setattr(evaluate, "score_batch", recorded)
+    result = evaluate.perplexity(DOCUMENTS[:1], encoder, params, hparams, 16, 16, batch_size=8, batch_tokens=16,
+                                 progress=lambda n: events.append(("tokens", n)))
+    windows = -(-result["tokens"] // 16)
+    assert windows > 3 and events == [("batch", 1), ("tokens", 16)] * (windows - 1) + [
+        ("batch", 1), ("tokens", result["tokens"] - 16 * (windows - 1))]
+    events.clear()
+    evaluate.loglikelihood([("A", " b"), ("The cat", " sat down"), ("", "Hi")], encoder, params, hparams,
+                           progress=lambda n: events.append(("tokens", n)))
+    assert events == [("batch", 3), ("tokens", 2), ("tokens", 1), ("tokens", 1)]  # one batch: each request told
+
+
 # --- perplexity ---------------------------------------------------------------------------------
 
 DOCUMENTS = ["The cat sat on the mat. " * 12, " Short one.\n", "Ünïcödé bytes — and  two\tspaces\n\nand lines."]
