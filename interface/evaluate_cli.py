@@ -17,7 +17,7 @@ import sys
 import evaluate
 from interface import loading
 from interface.options import at_least, model_flags, user_message
-from plumbing.corpus import read_documents
+from plumbing.corpus import jsonl_objects, read_documents
 from plumbing.errors import UserError, exit_status, fail, read_text
 from plumbing.progress import progress
 
@@ -33,7 +33,8 @@ def parse_args(argv):
                                 description="Measure a GPT-2 as lm-eval and minicons do (docs/evaluating.md).")
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     ppl = commands.add_parser("perplexity", parents=[common], allow_abbrev=False,
-                              help="perplexity, bits per byte: each FILE a document (.jsonl: each line's text)")
+                              help="perplexity, bits per byte: each FILE a document (a folder: each .txt in it; "
+                                   ".jsonl: each line's text, or an example's prompt + response)")
     ppl.add_argument("files", nargs="+", metavar="FILE")
     ppl.add_argument("--context", type=int, help="tokens a window reads (default: the model's n_ctx)")
     ppl.add_argument("--stride", type=int, help="tokens a window moves, 1..context (default: the context)")
@@ -72,49 +73,10 @@ def text_lines(path):
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def jsonl(path, fields, limit=None):
-    """A .jsonl file's objects as (line number, object), each holding `fields`; blank lines skipped."""
-    items = []
-    for n, line in enumerate(text_lines(path), 1):
-        if limit is not None and len(items) == limit:
-            break
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError:
-            raise UserError(f"line {n} is not JSON", path=path) from None
-        if not isinstance(item, dict):
-            raise UserError(f"line {n} is not a JSON object", path=path)
-        for field, kind in fields.items():
-            if field not in item:
-                raise UserError(f"line {n} has no {field!r}", path=path)
-            if not isinstance(item[field], kind) or isinstance(item[field], bool):
-                raise UserError(f"line {n}: {field!r} must be {KINDS[kind]}", path=path)
-        items.append((n, item))
-    if not items:
-        raise UserError("holds no items", path=path)
-    return items
-
-
-KINDS = {str: "a string", list: "a list", int: "a whole number"}
-
-
-def documents(paths, limit):
-    """Each FILE one document; a .jsonl file's lines' "text" each one."""
-    docs = []
-    for path in paths:
-        if path.endswith(".jsonl"):
-            docs += [item["text"] for _, item in jsonl(path, {"text": str})]
-        else:
-            docs += read_documents([path])
-    return docs[:limit]
-
-
 # --- the commands ----------------------------------------------------------------------------
 
 def run_perplexity(args):
-    docs = documents(args.files, args.limit)
+    docs = read_documents(args.files)[:args.limit]  # as train.py and bpe.py read them
     encoder, hparams, params = load(args)
     bar, tick = counter(args, None, "tokens")
     with bar:
@@ -149,7 +111,7 @@ def run_surprisal(args):
 
 
 def run_choice(args):
-    items = jsonl(args.file, {"context": str, "choices": list, "answer": int}, args.limit)
+    items = jsonl_objects(args.file, {"context": str, "choices": list, "answer": int}, args.limit)
     for n, item in items:
         if not item["choices"] or not all(isinstance(c, str) for c in item["choices"]):
             raise UserError(f"line {n}: 'choices' must be a non-empty list of strings", path=args.file)
@@ -178,7 +140,7 @@ def run_choice(args):
 
 
 def run_lambada(args):
-    items = jsonl(args.file, {"text": str}, args.limit)
+    items = jsonl_objects(args.file, {"text": str}, args.limit)
     for n, item in items:
         if " " not in item["text"].strip():
             raise UserError(f"line {n}: the text needs a context and a last word, with a space between them: "
