@@ -25,7 +25,11 @@ from plumbing.progress import progress
 def parse_args(argv):
     common = argparse.ArgumentParser(add_help=False)
     model_flags(common)
-    common.add_argument("--batch-size", type=at_least(1), default=8, help="texts or windows in one forward pass (8)")
+    common.add_argument("--batch-size", type=at_least(1), default=evaluate.BATCH_SIZE, metavar="B",
+                        help="at most B texts or windows in one forward pass (default: %(default)s)")
+    common.add_argument("--batch-tokens", type=at_least(1), default=evaluate.BATCH_TOKENS, metavar="N",
+                        help="at most N positions in one forward pass: its texts x the longest one's tokens; "
+                             "a text longer than N goes alone (default: %(default)s)")
     common.add_argument("--limit", type=at_least(1), help="only the first N items (documents, lines)")
     common.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     common.add_argument("--quiet", action="store_true", help="no progress display")
@@ -58,7 +62,7 @@ def load(args):
 
 
 def counter(args, total, unit):
-    """The progress display, and the callback that the scoring tells of each batch's tokens."""
+    """The progress display, and the callback that the scoring tells of each text's tokens as it is scored."""
     bar = progress(total, unit, quiet=args.quiet)
     return bar, bar.update
 
@@ -78,9 +82,11 @@ def text_lines(path):
 def run_perplexity(args):
     docs = read_documents(args.files)[:args.limit]  # as train.py and bpe.py read them
     encoder, hparams, params = load(args)
-    bar, tick = counter(args, None, "tokens")
+    counts, windows = evaluate.document_windows(docs, encoder, hparams, args.context, args.stride)
+    bar, tick = counter(args, counts["tokens"], "tokens")
     with bar:
-        result = evaluate.perplexity(docs, encoder, params, hparams, args.context, args.stride, args.batch_size, tick)
+        result = evaluate.perplexity_fields(counts, evaluate.score_requests(
+            windows, params, hparams, args.batch_size, tick, batch_tokens=args.batch_tokens))
     if args.json:
         print(json.dumps(result))
         return
@@ -96,7 +102,8 @@ def run_surprisal(args):
     bar, tick = counter(args, None, "tokens")
     try:
         with bar:
-            scored = evaluate.word_surprisals(lines, encoder, params, hparams, args.batch_size, tick)
+            scored = evaluate.word_surprisals(lines, encoder, params, hparams, args.batch_size, tick,
+                                              batch_tokens=args.batch_tokens)
     except UserError as e:
         raise UserError(e.message, path=args.file) from None
     if args.json:
@@ -126,8 +133,8 @@ def run_choice(args):
     requests = evaluate.loglikelihood_requests(pairs, encoder, hparams["n_ctx"], names)
     bar, tick = counter(args, sum(len(t) for _, t in requests), "tokens")
     with bar:
-        lls = [float(lp.sum(dtype="float64")) for lp, _ in
-               evaluate.score_requests(requests, params, hparams, args.batch_size, tick)]
+        lls = [float(lp.sum(dtype="float64")) for lp, _ in evaluate.score_requests(
+            requests, params, hparams, args.batch_size, tick, batch_tokens=args.batch_tokens)]
     per_item, i = [], 0
     for _, item in items:
         per_item.append(lls[i:i + len(item["choices"])])
@@ -151,8 +158,8 @@ def run_lambada(args):
                                                [f"{args.file}: line {n}" for n, _ in items])
     bar, tick = counter(args, sum(len(t) for _, t in requests), "tokens")
     with bar:
-        results = [(float(lp.sum(dtype="float64")), greedy) for lp, greedy in
-                   evaluate.score_requests(requests, params, hparams, args.batch_size, tick)]
+        results = [(float(lp.sum(dtype="float64")), greedy) for lp, greedy in evaluate.score_requests(
+            requests, params, hparams, args.batch_size, tick, batch_tokens=args.batch_tokens)]
     result = evaluate.lambada(results)
     if args.json:
         print(json.dumps(result))

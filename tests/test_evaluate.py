@@ -384,6 +384,27 @@ def test_the_commands_print_their_tables_and_json(tiny, tmp_path, capsys):
     assert capsys.readouterr().out.split()[:2] == ["n", "5"]
 
 
+def test_perplexitys_progress_knows_the_documents_tokens_and_the_flags_set_the_batches(tiny, tmp_path, capsys,
+                                                                                       monkeypatch):
+    encoder, hparams, params = tiny
+    text = tmp_path / "doc.txt"
+    text.write_text(DOCUMENTS[0], encoding="utf-8")
+    n = len(encoder.encode(DOCUMENTS[0]))
+    sizes, score_batch = [], evaluate.score_batch
+    monkeypatch.setattr(evaluate, "score_batch", lambda requests, *a: sizes.append(len(requests)) or
+                        score_batch(requests, *a))
+    assert evaluate_cli.main(["perplexity", str(text), "--model", TINY, "--json", "--context", "16"]) == 0
+    out, err = capsys.readouterr()
+    assert f"tokens {n:,}/{n:,} (100%)" in err  # the total known from the start: in a log, its last line
+    windows = -(-n // 16)
+    assert sizes == [8] * (windows // 8) + [windows % 8] * (windows % 8 > 0)  # 8 of 16 tokens fit 1,024
+    sizes.clear()
+    assert evaluate_cli.main(["perplexity", str(text), "--model", TINY, "--quiet", "--context", "16",
+                              "--batch-tokens", "32"]) == 0
+    assert sizes == [2] * (windows // 2) + [1] * (windows % 2)
+    assert json.loads(out)["tokens"] == n
+
+
 def bad_inputs(tmp_path):
     """(argv, what the one line must say) for every bad input of issue 24 §6."""
     def file(name, content):
@@ -423,6 +444,7 @@ def bad_inputs(tmp_path):
         (["lambada", file("oneword.jsonl", '{"text": "alone"}\n')], "line 1: the text needs a context and a last word"),
         (["surprisal", file("long.txt", "short\n" + " x" * 70 + "\n")], "line 2 has 70 tokens"),
         (["perplexity", good, "--batch-size", "0"], "--batch-size"),
+        (["perplexity", good, "--batch-tokens", "0"], "--batch-tokens"),
     ]
 
 
