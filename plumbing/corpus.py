@@ -7,8 +7,8 @@ Both commands read it here (read_corpus), so that a vocabulary and the model tra
 the same documents; where one document ends, train.py puts <|endoftext|> and bpe.py stops its
 pieces, so that no merge crosses from one document into the next.
 
-Below them, jsonl_objects reads any .jsonl file, one JSON object a line with the fields its
-reader asks for (evaluate.py's tasks too), so that a mistake in one reads as in every other.
+At the end, jsonl_objects reads any .jsonl file (evaluate.py's tasks too): one JSON object a
+line, with the fields its reader asks for, so that a mistake in one file reads as in every other.
 """
 import json
 import os
