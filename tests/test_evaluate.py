@@ -397,7 +397,7 @@ def test_perplexitys_progress_knows_the_documents_tokens_and_the_flags_set_the_b
     out, err = capsys.readouterr()
     assert f"tokens {n:,}/{n:,} (100%)" in err  # the total known from the start: in a log, its last line
     windows = -(-n // 16)
-    assert sizes == [8] * (windows // 8) + [windows % 8] * (windows % 8 > 0)  # the cap of 8 windows: 8 x 16 positions is under 1,024
+    assert sizes == [8] * (windows // 8) + [windows % 8] * (windows % 8 > 0)  # the cap: 8 x 16 is under 1,024
     sizes.clear()
     assert evaluate_cli.main(["perplexity", str(text), "--model", TINY, "--quiet", "--context", "16",
                               "--batch-tokens", "32"]) == 0
