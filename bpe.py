@@ -1,6 +1,12 @@
 """GPT-2's byte-level BPE tokenizer, rewritten from OpenAI's encoder.json and vocab.bpe.
 
-The data flows in this order, and so does the file:
+One idea, seen from its two sides, and the file has two parts:
+  Part 1. Using a vocabulary    encode and decode with the merges that encoder.json and vocab.bpe hold
+  Part 2. Learning a vocabulary the trainer (minbpe's algorithm): the merges from a text, written
+                                as the same two files, so that Part 1 reads them like GPT-2's own
+Both cut a text with the same pre-tokenizer and spell tokens with the same byte alphabet.
+
+Part 1 follows the data, in this order:
 
     text --pre-tokenize--> pieces --UTF-8--> bytes --merges--> ids
     "Hello world"  ->  ["Hello", " world"]  ->  [72, 101, ...]  ->  [15496, 995]
@@ -33,8 +39,7 @@ import os
 import re
 import sys
 from collections import Counter
-from itertools import chain, repeat
-from operator import itemgetter
+from itertools import chain
 
 import regex
 
@@ -51,6 +56,10 @@ DEFAULT_VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "da
 class VocabError(UserError):
     """encoder.json or vocab.bpe is missing or not a GPT-2 vocabulary; .path names the file."""
 
+
+# ============================================================================
+# Part 1. Using a vocabulary: text -> ids -> text
+# ============================================================================
 
 def bytes_to_unicode():
     """A reversible map from the 256 byte values to 256 printable characters.
@@ -137,11 +146,9 @@ class Encoder:
         # A merge rule joins the pair (left id, right id). We key each rule by one
         # int, left * n_vocab + right: cheaper to build and look up than a tuple.
         try:
-            lefts, rights = list(map(itemgetter(0), merges)), list(map(itemgetter(1), merges))
-            left_ids, right_ids = map(encoder.__getitem__, lefts), map(encoder.__getitem__, rights)
-            keys = map(operator.add, map(operator.mul, left_ids, repeat(n)), right_ids)  # left * n + right
-            self.ranks = dict(zip(keys, range(len(lefts))))  # pair key -> rank: lower merges first
-            self.merged = list(map(encoder.__getitem__, map(operator.add, lefts, rights)))  # rank -> merged id
+            self.ranks = {encoder[left] * n + encoder[right]: rank  # pair key -> rank: lower merges first
+                          for rank, (left, right) in enumerate(merges)}
+            self.token_of_rank = [encoder[left + right] for left, right in merges]  # rank -> the id it makes
         except KeyError as e:
             raise VocabError(f"a merge uses the token {e.args[0]!r}, which encoder.json lacks",
                              path="vocab.bpe") from None
@@ -162,7 +169,7 @@ class Encoder:
         if not ranked:
             return None
         rank, i = min(ranked)
-        return ids[:i] + [self.merged[rank]] + ids[i + 2:]
+        return ids[:i] + [self.token_of_rank[rank]] + ids[i + 2:]
 
     def merge(self, ids):
         """Byte-level BPE on one piece: merge until no pair has a rule.   ids -> ids"""
@@ -178,7 +185,7 @@ class Encoder:
         pair's rank again after each merge; here each pair's rank is kept in a list, and after a
         merge only the two pairs next to it are looked up again. (A merge only creates pairs of
         higher rank: their rules use the new token, so they came later in vocab.bpe.)"""
-        no_rule, n, ranks = len(self.merged), self.n_vocab, self.ranks
+        no_rule, n, ranks = len(self.token_of_rank), self.n_vocab, self.ranks
         ids = list(ids)
         pair_ranks = [ranks.get(a * n + b, no_rule) for a, b in zip(ids, ids[1:])]
         while pair_ranks:
@@ -186,7 +193,7 @@ class Encoder:
             if best == no_rule:
                 break
             i = pair_ranks.index(best)
-            ids[i:i + 2] = [self.merged[best]]
+            ids[i:i + 2] = [self.token_of_rank[best]]
             del pair_ranks[i]
             if i > 0:
                 pair_ranks[i - 1] = ranks.get(ids[i - 1] * n + ids[i], no_rule)
@@ -302,9 +309,12 @@ def get_encoder(folder):
         raise VocabError(e.message, path=os.path.join(folder, file)) from None
 
 
-# ----------------------------------------------------------------------------
-# Training a vocabulary: learn the merges from a text
-# ----------------------------------------------------------------------------
+# ============================================================================
+# Part 2. Learning a vocabulary: the merges from a text, written as GPT-2's two files
+# ============================================================================
+# In order: the plain trainer (pair_counts, merge_pair, learn_merge, train_merges), its fast twin
+# (train_merges_fast and its heap), the two files (vocab_files), then train_vocab and
+# write_vocab, which learn a whole vocabulary and write it.
 # While learning, a token is an int: 0-255 are the bytes themselves, 256 + k is the k-th
 # merge's token. The files give the bytes GPT-2's own ids (GPT2_BYTE_ORDER) when written.
 

@@ -9,7 +9,8 @@ The definitions are those of EleutherAI's lm-evaluation-harness (lm-eval), the h
 field reports with, and of minicons for word surprisal; docs/evaluating.md gives each one's
 equation, and where the GPT-2 paper's own numbers differ. The file goes:
   1. rolling windows     how a text longer than the context is cut so every token is predicted once
-  2. scoring in a batch  many (context, continuation) requests in one forward pass, padded on the right
+  2. scoring in a batch  many (context, continuation) requests in one forward pass, padded on the right,
+                         in batches of at most BATCH_TOKENS positions
   3. perplexity          of whole documents: nll, perplexity, word and byte perplexity, bits per byte
   4. loglikelihood       a continuation given a context (lm-eval's), and choice and lambada on top of it
   5. word surprisal      bits per word, a word's tokens found from their characters
@@ -25,11 +26,13 @@ import sys
 
 import numpy as np
 
-import gpt2_numpy as g
+from gpt2_numpy import checked_ids, gpt2_hidden, token_logprobs
 from plumbing.errors import UserError
 
-ROWS = 256  # output rows a chunk: [256, V] logits are 51 MB at GPT-2's vocabulary, [T, V] would be 200 MB a text
-POOL = 64  # batches read ahead and sorted by length together: little padding, and memory stays flat
+BATCH_SIZE = 8  # requests in one forward pass, at most
+BATCH_TOKENS = 1024  # positions in one forward pass (requests x the longest), at most: one window of 124M's context
+READ_AHEAD = 1024  # requests read ahead and sorted by length together: little padding, and memory stays flat
+OUTPUT_LAYER_ROWS = 256  # positions through the output layer at a time: [256, V] logits are 51 MB at GPT-2's vocabulary
 
 
 # ============================================================================
@@ -45,8 +48,7 @@ def rolling_windows(ids, prefix_id, context, stride):
     after prefix_id; each later one predicts the next S = stride tokens from the N tokens before
     the last of them, so the first of those S sees N - S + 1 tokens of context. A smaller S gives
     each prediction more context (a lower perplexity) for N / S times the work."""
-    if not 1 <= stride <= context:
-        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
+    check_stride(stride, context)
     ids = list(ids)
     if not ids:
         return []
@@ -62,8 +64,7 @@ def rolling_windows(ids, prefix_id, context, stride):
 def rolling_windows_fast(ids, prefix_id, context, stride):
     """rolling_windows, for a long document: one window at a time, each a pair of slices of ids (an
     array), so that no list of all its windows is ever made. A test holds the two equal."""
-    if not 1 <= stride <= context:
-        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
+    check_stride(stride, context)
     if len(ids):
         yield [prefix_id], ids[:context]
     predicted = min(context, len(ids))
@@ -71,6 +72,12 @@ def rolling_windows_fast(ids, prefix_id, context, stride):
         end = min(predicted + stride, len(ids))
         yield ids[end - 1 - context:predicted], ids[predicted:end]
         predicted = end
+
+
+def check_stride(stride, context):
+    """A window moves 1 to `context` tokens: a larger stride would skip tokens, and 0 would never move."""
+    if not 1 <= stride <= context:
+        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
 
 
 # ============================================================================
@@ -88,53 +95,67 @@ def score_batch(requests, params, hparams):
     computes; and each text's positions stay 0..len-1, as when it is scored alone. Only the rows
     of real continuation tokens are read out.
     Padding on the left would be wrong without more work: it shifts every real token's position
-    id by the padding's length (and would need a mask to hide the padding before it). That was the
-    bug of Hugging Face transformers #21080: left-padded GPT-2 batches gave other logits than the
-    same texts alone."""
+    id by the padding's length (and would need a mask to hide the padding before it)."""
     inputs = [np.concatenate([np.asarray(c, np.int64), np.asarray(t, np.int64)])[:-1] for c, t in requests]
     batch = np.zeros((len(inputs), max(map(len, inputs))), np.int64)  # [B, T]; 0 pads: never attended to
     for row, x in zip(batch, inputs):
         row[:len(x)] = x
-    g.checked_ids(batch, params)
-    hidden = g.gpt2_hidden(batch, params, hparams)  # [B, T, C]
+    checked_ids(batch, params)
+    hidden = gpt2_hidden(batch, params, hparams)  # [B, T, C]
     where = [(i, len(x) - len(t)) for i, (x, (_, t)) in enumerate(zip(inputs, requests))]
     rows = np.concatenate([hidden[i, start:start + len(t)] for (i, start), (_, t) in zip(where, requests)])  # [M, C]
     targets = np.concatenate([np.asarray(t, np.int64) for _, t in requests])  # [M]
     logprobs, argmax = np.empty(len(rows), np.float32), np.empty(len(rows), np.int64)
-    for s in range(0, len(rows), ROWS):  # the output layer a chunk of rows at a time: memory stays small
-        logits = rows[s:s + ROWS] @ params["wte"].T  # [ROWS, V]
-        logprobs[s:s + ROWS] = g.token_logprobs(logits, targets[s:s + ROWS])
-        argmax[s:s + ROWS] = logits.argmax(axis=-1)
+    for s in range(0, len(rows), OUTPUT_LAYER_ROWS):  # the output layer a chunk of rows at a time: memory stays small
+        chunk = slice(s, s + OUTPUT_LAYER_ROWS)
+        logits = rows[chunk] @ params["wte"].T  # [OUTPUT_LAYER_ROWS, V]
+        logprobs[chunk] = token_logprobs(logits, targets[chunk])
+        argmax[chunk] = logits.argmax(axis=-1)
     ends = np.cumsum([len(t) for _, t in requests])
     return [(lp, bool(np.all(am == t))) for lp, am, t in
             zip(np.split(logprobs, ends[:-1]), np.split(argmax, ends[:-1]), np.split(targets, ends[:-1]))]
 
 
-def score_requests(requests, params, hparams, batch_size=8, progress=None):
-    """score_batch over any number of requests (an iterable: read POOL batches ahead), batch_size at a
-    time, longest first so that little is padded; -> the results one by one, in the input's order.
-    progress(n): told how many tokens each batch scored."""
+def score_requests(requests, params, hparams, batch_size=BATCH_SIZE, progress=None, *, batch_tokens=BATCH_TOKENS):
+    """score_batch over any number of requests (an iterable, read READ_AHEAD requests ahead), in
+    batches of at most batch_size requests and batch_tokens positions; -> the results one by one, in
+    the input's order. progress(n): told, as each request is scored, how many tokens it scored."""
     requests = iter(requests)
     while True:
-        pool = [r for _, r in zip(range(batch_size * POOL), requests)]
+        pool = [r for _, r in zip(range(READ_AHEAD), requests)]
         if not pool:
             return
-        order = sorted(range(len(pool)), key=lambda i: -(len(pool[i][0]) + len(pool[i][1])))
         results = [None] * len(pool)
-        for s in range(0, len(order), batch_size):
-            chosen = order[s:s + batch_size]
+        for chosen in batches(pool, batch_size, batch_tokens):
             for i, result in zip(chosen, score_batch([pool[i] for i in chosen], params, hparams)):
                 results[i] = result
-            if progress:
-                progress(sum(len(pool[i][1]) for i in chosen))
+                if progress:
+                    progress(len(pool[i][1]))
         yield from results
+
+
+def batches(requests, batch_size, batch_tokens):
+    """The requests in batches, longest first so that little is padded: each batch at most batch_size
+    requests, and at most batch_tokens positions, its rows x its longest input (T of [B, T]). The
+    budget is in positions because a forward pass's work and memory grow with them: a few long
+    windows together outgrow the cache that one fits in, while short texts still batch many.
+    A request longer than batch_tokens goes alone. -> [[index into requests, ...], ...]"""
+    length = [len(context) + len(continuation) - 1 for context, continuation in requests]  # its input's T
+    order = sorted(range(len(requests)), key=lambda i: -length[i])
+    out, s = [], 0
+    while s < len(order):
+        rows = max(1, min(batch_size, batch_tokens // length[order[s]]))  # the first is the longest
+        out.append(order[s:s + rows])
+        s += rows
+    return out
 
 
 # ============================================================================
 # 3. Perplexity of documents
 # ============================================================================
 
-def perplexity(documents, encoder, params, hparams, context=None, stride=None, batch_size=8, progress=None):
+def perplexity(documents, encoder, params, hparams, context=None, stride=None, batch_size=BATCH_SIZE, progress=None, *,
+               batch_tokens=BATCH_TOKENS):
     """How well the model predicts whole documents, each scored on its own after <|endoftext|>,
     through rolling windows of `context` tokens (the model's n_ctx) moving `stride` (context) at a
     time; no window crosses two documents. The fields, as lm-eval's wikitext task defines them:
@@ -143,32 +164,42 @@ def perplexity(documents, encoder, params, hparams, context=None, stride=None, b
       word_perplexity = exp(nll / words),  words = Σ len(re.split(r"\\s+", document))
       byte_perplexity = exp(nll / bytes),  bits_per_byte = nll / (bytes ln 2),  bytes of UTF-8
     Bits per byte compares models with different vocabularies: it divides by the text, not the tokens."""
+    counts, windows = document_windows(documents, encoder, hparams, context, stride)
+    return perplexity_fields(counts, score_requests(windows, params, hparams, batch_size, progress,
+                                                    batch_tokens=batch_tokens))
+
+
+def document_windows(documents, encoder, hparams, context=None, stride=None):
+    """Every document encoded, and the requests that score it: -> (counts, windows), counts the
+    documents, tokens, bytes and words (and the context and stride), windows an iterator of
+    rolling_windows_fast's, made one at a time. So how many tokens there are to score is known
+    before the first is scored."""
     context = hparams["n_ctx"] if context is None else context
     stride = context if stride is None else stride
     if not 1 <= context <= hparams["n_ctx"]:
         raise UserError(f"must be between 1 and the model's context ({hparams['n_ctx']}), got {context}", arg="context")
-    if not 1 <= stride <= context:
-        raise UserError(f"must be between 1 and the context ({context}), got {stride}", arg="stride")
+    check_stride(stride, context)
     documents = list(documents)
     for n, document in enumerate(documents, 1):
         if not document:
             raise UserError(f"document {n} is empty: too short to score")
-    counts = {"documents": 0, "tokens": 0, "bytes": 0, "words": 0}
+    encoded = [np.asarray(encoder.encode(d), np.int64) for d in documents]  # 8 bytes a token, not a Python int's 36
+    counts = {"documents": len(documents), "tokens": sum(map(len, encoded)),
+              "bytes": sum(len(document.encode("utf-8")) for document in documents),
+              "words": sum(len(re.split(r"\s+", document)) for document in documents),
+              "context": context, "stride": stride}
+    prefix = end_of_text(encoder)
+    return counts, (window for ids in encoded for window in rolling_windows_fast(ids, prefix, context, stride))
 
-    def windows():
-        for document in documents:
-            ids = np.asarray(encoder.encode(document), np.int64)  # 8 bytes a token, not a Python int's 36
-            counts["documents"] += 1
-            counts["tokens"] += len(ids)
-            counts["bytes"] += len(document.encode("utf-8"))
-            counts["words"] += len(re.split(r"\s+", document))
-            yield from rolling_windows_fast(ids, end_of_text(encoder), context, stride)
 
-    nll = -sum(float(lp.sum(dtype=np.float64)) for lp, _ in score_requests(windows(), params, hparams, batch_size,
-                                                                          progress))
-    return {**counts, "nll": nll, "loss": nll / counts["tokens"], "perplexity": math.exp(nll / counts["tokens"]),
-            "word_perplexity": math.exp(nll / counts["words"]), "byte_perplexity": math.exp(nll / counts["bytes"]),
-            "bits_per_byte": nll / (counts["bytes"] * math.log(2)), "context": context, "stride": stride}
+def perplexity_fields(counts, scored):
+    """perplexity's fields, from document_windows' counts and the scores of its windows (score_requests')."""
+    nll = -sum(float(logprobs.sum(dtype=np.float64)) for logprobs, _ in scored)
+    tokens, n_bytes, words = counts["tokens"], counts["bytes"], counts["words"]
+    return {"documents": counts["documents"], "tokens": tokens, "bytes": n_bytes, "words": words,
+            "nll": nll, "loss": nll / tokens, "perplexity": math.exp(nll / tokens),
+            "word_perplexity": math.exp(nll / words), "byte_perplexity": math.exp(nll / n_bytes),
+            "bits_per_byte": nll / (n_bytes * math.log(2)), "context": counts["context"], "stride": counts["stride"]}
 
 
 def end_of_text(encoder):
@@ -203,24 +234,25 @@ def loglikelihood_requests(pairs, encoder, n_ctx, names=None):
     requests = []
     for i, (context, continuation) in enumerate(pairs):
         name = names[i] if names else f"pair {i + 1}"
-        context_ids, continuation_ids_ = continuation_ids(context, continuation, encoder)
-        if not continuation_ids_:
+        context_ids, target_ids = continuation_ids(context, continuation, encoder)
+        if not target_ids:
             raise UserError(f"{name}: the continuation {continuation!r} has no tokens of its own after the context")
-        if len(continuation_ids_) > n_ctx:
-            raise UserError(f"{name}: the continuation's {len(continuation_ids_)} tokens do not fit the model's "
+        if len(target_ids) > n_ctx:
+            raise UserError(f"{name}: the continuation's {len(target_ids)} tokens do not fit the model's "
                             f"context of {n_ctx}")
-        keep = n_ctx + 1 - len(continuation_ids_)  # context tokens that fit: at least 1
-        requests.append((context_ids[max(0, len(context_ids) - keep):], continuation_ids_))
+        keep = n_ctx + 1 - len(target_ids)  # context tokens that fit: at least 1
+        requests.append((context_ids[max(0, len(context_ids) - keep):], target_ids))
     return requests
 
 
-def loglikelihood(pairs, encoder, params, hparams, batch_size=8, progress=None):
+def loglikelihood(pairs, encoder, params, hparams, batch_size=BATCH_SIZE, progress=None, *, batch_tokens=BATCH_TOKENS):
     """log p(continuation | context) = Σ log p(token | the tokens before it), over the continuation's
     tokens, for each (context, continuation) pair, as lm-eval's loglikelihood.
     -> [(ll, greedy), ...]; greedy: every continuation token is the model's most likely one."""
     requests = loglikelihood_requests(pairs, encoder, hparams["n_ctx"])  # every pair checked before any is scored
     return [(float(lp.sum(dtype=np.float64)), greedy)
-            for lp, greedy in score_requests(requests, params, hparams, batch_size, progress)]
+            for lp, greedy in score_requests(requests, params, hparams, batch_size, progress,
+                                             batch_tokens=batch_tokens)]
 
 
 def choice(items, lls):
@@ -271,7 +303,8 @@ def word_owners(text, encoder, ids):
     return words, [owner_of_byte[e - 1] for e in ends]
 
 
-def word_surprisals(lines, encoder, params, hparams, batch_size=8, progress=None):
+def word_surprisals(lines, encoder, params, hparams, batch_size=BATCH_SIZE, progress=None, *,
+                    batch_tokens=BATCH_TOKENS):
     """Each word's surprisal in each line, the line scored on its own after <|endoftext|>:
     surprisal(word) = Σ -log2 p(token | the tokens before it), over the word's tokens, in bits.
     Words are the line split on whitespace; a word's tokens are those whose characters fall in it
@@ -287,7 +320,8 @@ def word_surprisals(lines, encoder, params, hparams, batch_size=8, progress=None
     scored = [i for i, ids in enumerate(encoded) if ids]
     requests = (([end_of_text(encoder)], encoded[i]) for i in scored)
     out = [[] for _ in lines]
-    for i, (logprobs, _) in zip(scored, score_requests(requests, params, hparams, batch_size, progress)):
+    for i, (logprobs, _) in zip(scored, score_requests(requests, params, hparams, batch_size, progress,
+                                                       batch_tokens=batch_tokens)):
         words, owners = word_owners(lines[i], encoder, encoded[i])
         bits, n_tokens = np.zeros(len(words)), np.zeros(len(words), np.int64)
         np.add.at(bits, owners, -logprobs.astype(np.float64) / math.log(2))  # -log2 p = -ln p / ln 2

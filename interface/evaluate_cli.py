@@ -17,7 +17,7 @@ import sys
 import evaluate
 from interface import loading
 from interface.options import at_least, model_flags, user_message
-from plumbing.corpus import read_documents
+from plumbing.corpus import jsonl_objects, read_documents
 from plumbing.errors import UserError, exit_status, fail, read_text
 from plumbing.progress import progress
 
@@ -25,7 +25,11 @@ from plumbing.progress import progress
 def parse_args(argv):
     common = argparse.ArgumentParser(add_help=False)
     model_flags(common)
-    common.add_argument("--batch-size", type=at_least(1), default=8, help="texts or windows in one forward pass (8)")
+    common.add_argument("--batch-size", type=at_least(1), default=evaluate.BATCH_SIZE, metavar="B",
+                        help="at most B texts or windows in one forward pass (default: %(default)s)")
+    common.add_argument("--batch-tokens", type=at_least(1), default=evaluate.BATCH_TOKENS, metavar="N",
+                        help="at most N positions in one forward pass: its texts x the longest one's tokens; "
+                             "a text longer than N goes alone (default: %(default)s)")
     common.add_argument("--limit", type=at_least(1), help="only the first N items (documents, lines)")
     common.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     common.add_argument("--quiet", action="store_true", help="no progress display")
@@ -33,7 +37,8 @@ def parse_args(argv):
                                 description="Measure a GPT-2 as lm-eval and minicons do (docs/evaluating.md).")
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     ppl = commands.add_parser("perplexity", parents=[common], allow_abbrev=False,
-                              help="perplexity, bits per byte: each FILE a document (.jsonl: each line's text)")
+                              help="perplexity, bits per byte: each FILE a document (a folder: each .txt in it; "
+                                   ".jsonl: each line's text, or an example's prompt + response)")
     ppl.add_argument("files", nargs="+", metavar="FILE")
     ppl.add_argument("--context", type=int, help="tokens a window reads (default: the model's n_ctx)")
     ppl.add_argument("--stride", type=int, help="tokens a window moves, 1..context (default: the context)")
@@ -57,7 +62,7 @@ def load(args):
 
 
 def counter(args, total, unit):
-    """The progress display, and the callback that the scoring tells of each batch's tokens."""
+    """The progress display, and the callback that the scoring tells of each text's tokens as it is scored."""
     bar = progress(total, unit, quiet=args.quiet)
     return bar, bar.update
 
@@ -72,53 +77,16 @@ def text_lines(path):
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def jsonl(path, fields, limit=None):
-    """A .jsonl file's objects as (line number, object), each holding `fields`; blank lines skipped."""
-    items = []
-    for n, line in enumerate(text_lines(path), 1):
-        if limit is not None and len(items) == limit:
-            break
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError:
-            raise UserError(f"line {n} is not JSON", path=path) from None
-        if not isinstance(item, dict):
-            raise UserError(f"line {n} is not a JSON object", path=path)
-        for field, kind in fields.items():
-            if field not in item:
-                raise UserError(f"line {n} has no {field!r}", path=path)
-            if not isinstance(item[field], kind) or isinstance(item[field], bool):
-                raise UserError(f"line {n}: {field!r} must be {KINDS[kind]}", path=path)
-        items.append((n, item))
-    if not items:
-        raise UserError("holds no items", path=path)
-    return items
-
-
-KINDS = {str: "a string", list: "a list", int: "a whole number"}
-
-
-def documents(paths, limit):
-    """Each FILE one document; a .jsonl file's lines' "text" each one."""
-    docs = []
-    for path in paths:
-        if path.endswith(".jsonl"):
-            docs += [item["text"] for _, item in jsonl(path, {"text": str})]
-        else:
-            docs += read_documents([path])
-    return docs[:limit]
-
-
 # --- the commands ----------------------------------------------------------------------------
 
 def run_perplexity(args):
-    docs = documents(args.files, args.limit)
+    docs = read_documents(args.files)[:args.limit]  # as train.py and bpe.py read them
     encoder, hparams, params = load(args)
-    bar, tick = counter(args, None, "tokens")
+    counts, windows = evaluate.document_windows(docs, encoder, hparams, args.context, args.stride)
+    bar, tick = counter(args, counts["tokens"], "tokens")
     with bar:
-        result = evaluate.perplexity(docs, encoder, params, hparams, args.context, args.stride, args.batch_size, tick)
+        result = evaluate.perplexity_fields(counts, evaluate.score_requests(
+            windows, params, hparams, args.batch_size, tick, batch_tokens=args.batch_tokens))
     if args.json:
         print(json.dumps(result))
         return
@@ -134,7 +102,8 @@ def run_surprisal(args):
     bar, tick = counter(args, None, "tokens")
     try:
         with bar:
-            scored = evaluate.word_surprisals(lines, encoder, params, hparams, args.batch_size, tick)
+            scored = evaluate.word_surprisals(lines, encoder, params, hparams, args.batch_size, tick,
+                                              batch_tokens=args.batch_tokens)
     except UserError as e:
         raise UserError(e.message, path=args.file) from None
     if args.json:
@@ -149,7 +118,7 @@ def run_surprisal(args):
 
 
 def run_choice(args):
-    items = jsonl(args.file, {"context": str, "choices": list, "answer": int}, args.limit)
+    items = jsonl_objects(args.file, {"context": str, "choices": list, "answer": int}, args.limit)
     for n, item in items:
         if not item["choices"] or not all(isinstance(c, str) for c in item["choices"]):
             raise UserError(f"line {n}: 'choices' must be a non-empty list of strings", path=args.file)
@@ -164,8 +133,8 @@ def run_choice(args):
     requests = evaluate.loglikelihood_requests(pairs, encoder, hparams["n_ctx"], names)
     bar, tick = counter(args, sum(len(t) for _, t in requests), "tokens")
     with bar:
-        lls = [float(lp.sum(dtype="float64")) for lp, _ in
-               evaluate.score_requests(requests, params, hparams, args.batch_size, tick)]
+        lls = [float(lp.sum(dtype="float64")) for lp, _ in evaluate.score_requests(
+            requests, params, hparams, args.batch_size, tick, batch_tokens=args.batch_tokens)]
     per_item, i = [], 0
     for _, item in items:
         per_item.append(lls[i:i + len(item["choices"])])
@@ -178,7 +147,7 @@ def run_choice(args):
 
 
 def run_lambada(args):
-    items = jsonl(args.file, {"text": str}, args.limit)
+    items = jsonl_objects(args.file, {"text": str}, args.limit)
     for n, item in items:
         if " " not in item["text"].strip():
             raise UserError(f"line {n}: the text needs a context and a last word, with a space between them: "
@@ -189,8 +158,8 @@ def run_lambada(args):
                                                [f"{args.file}: line {n}" for n, _ in items])
     bar, tick = counter(args, sum(len(t) for _, t in requests), "tokens")
     with bar:
-        results = [(float(lp.sum(dtype="float64")), greedy) for lp, greedy in
-                   evaluate.score_requests(requests, params, hparams, args.batch_size, tick)]
+        results = [(float(lp.sum(dtype="float64")), greedy) for lp, greedy in evaluate.score_requests(
+            requests, params, hparams, args.batch_size, tick, batch_tokens=args.batch_tokens)]
     result = evaluate.lambada(results)
     if args.json:
         print(json.dumps(result))

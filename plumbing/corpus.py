@@ -6,6 +6,9 @@ lines are {"prompt": ..., "response": ...} is instruction data: each line one ex
 Both commands read it here (read_corpus), so that a vocabulary and the model trained with it see
 the same documents; where one document ends, train.py puts <|endoftext|> and bpe.py stops its
 pieces, so that no merge crosses from one document into the next.
+
+At the end, jsonl_objects reads any .jsonl file (evaluate.py's tasks too): one JSON object a
+line, with the fields its reader asks for, so that a mistake in one file reads as in every other.
 """
 import json
 import os
@@ -76,27 +79,21 @@ def is_jsonl(path):
 
 
 def read_jsonl(path):
-    """A .jsonl file, one JSON object a line (blank lines skipped), all of one kind.
-    -> (TEXT, [text, ...]) or (INSTRUCTION, [(prompt, response), ...]). A line that is not a
-    JSON object, that has neither kind's keys (or both), whose values are not strings, or whose
-    text or response is empty, and a file that mixes the kinds, is a UserError naming the line."""
+    """A .jsonl file of documents or of instruction data, all of one kind (jsonl_objects reads it).
+    -> (TEXT, [text, ...]) or (INSTRUCTION, [(prompt, response), ...]). A line with neither kind's
+    keys (or both), whose values are not strings, or whose text or response is empty, and a file
+    that mixes the kinds, is a UserError naming the line."""
     kind, items = None, []
-    for n, line in enumerate(read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"line {n} is not JSON ({e.msg})", path=path) from None
+    for n, item in jsonl_objects(path):
         this = line_kind(item)
         if this is None:
             raise UserError(f'line {n} is not {{"text": ...}} nor {{"prompt": ..., "response": ...}}', path=path)
         if kind not in (None, this):
             raise UserError(f"line {n} is {describe(this)}, but the lines before it are {describe(kind)}: "
                             "give one kind", path=path)
-        kind, values = this, [item[key] for key in this]
-        if not all(isinstance(v, str) for v in values):
-            raise UserError(f"line {n}: {' and '.join(map(repr, this))} must be strings", path=path)
+        kind = this
+        check_fields(item, dict.fromkeys(this, str), n, path)
+        values = [item[key] for key in this]
         if not values[-1]:
             raise UserError(f"line {n}'s {this[-1]} is empty", path=path)
         items.append(values[0] if kind == TEXT else tuple(values))
@@ -104,9 +101,7 @@ def read_jsonl(path):
 
 
 def line_kind(item):
-    """TEXT, INSTRUCTION, or None: which keys the line has (exactly one kind's)."""
-    if not isinstance(item, dict):
-        return None
+    """TEXT, INSTRUCTION, or None: which keys the line's object has (exactly one kind's)."""
     has = {kind for kind in (TEXT, INSTRUCTION) if all(key in item for key in kind)}
     if len(has) != 1 or (TEXT in has and any(key in item for key in INSTRUCTION)):
         return None
@@ -115,6 +110,43 @@ def line_kind(item):
 
 def describe(kind):
     return "a document (text)" if kind == TEXT else "an example (prompt, response)"
+
+
+# --- the one .jsonl reader: every command's lines, with one set of messages ---------------------
+
+TYPE_NAMES = {str: "a string", list: "a list", int: "a whole number"}  # a field's type, as a message names it
+
+
+def jsonl_objects(path, fields=None, limit=None):
+    """A .jsonl file's objects, one a line, blank lines skipped: -> [(line number, object), ...], the
+    first `limit` of them. Each must hold `fields` ({name: type}, check_fields). A line that is not
+    JSON, or not a JSON object, is a UserError naming it. Lines end at "\\n" alone (and a "\\r"
+    before it is JSON's whitespace): JSON text may hold U+2028 and the other ends splitlines knows."""
+    items = []
+    for n, line in enumerate(read_text(path).split("\n"), 1):
+        if limit is not None and len(items) == limit:
+            break
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"line {n} is not JSON ({e.msg})", path=path) from None
+        if not isinstance(item, dict):
+            raise UserError(f"line {n} is not a JSON object", path=path)
+        check_fields(item, fields or {}, n, path)
+        items.append((n, item))
+    return items
+
+
+def check_fields(item, fields, n, path):
+    """Line n's object holds each of fields ({name: type}), of its type (true and false are not whole
+    numbers, though Python counts them as ints); else a UserError naming the line and the field."""
+    for field, kind in fields.items():
+        if field not in item:
+            raise UserError(f"line {n} has no {field!r}", path=path)
+        if not isinstance(item[field], kind) or isinstance(item[field], bool):
+            raise UserError(f"line {n}: {field!r} must be {TYPE_NAMES[kind]}", path=path)
 
 
 def join_documents(documents):

@@ -39,15 +39,26 @@ def test_data_is_a_txt_file_a_folder_of_them_or_a_jsonl_of_texts(tmp_path):
     assert corpus.read_documents([str(folder), lines]) == ["first", "second", "line one", "line two\nstill two"]
 
 
+def test_a_jsonl_line_ends_at_a_newline_alone(tmp_path):
+    """JSON text may hold U+2028 and U+0085 raw, which str.splitlines would take for line ends."""
+    text = "one\u2028two\x85three"
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"text": text}, ensure_ascii=False) + "\r\n" + json.dumps({"text": "b"}) + "\n",
+                    encoding="utf-8")
+    assert corpus.read_corpus([str(path)]) == ([text, "b"], None)
+    assert corpus.jsonl_objects(str(path), {"text": str}, limit=1) == [(1, {"text": text})]
+
+
 @pytest.mark.parametrize("content, message", [
     ('{"text": "fine"}\n{"text": "cut', 'line 2 is not JSON'),
-    ('{"text": "fine"}\n["a list"]\n', 'line 2 is not {"text": ...} nor {"prompt": ..., "response": ...}'),
+    ('{"text": "fine"}\n["a list"]\n', 'line 2 is not a JSON object'),
     ('{"body": "no text"}\n', 'line 1 is not {"text": ...} nor'),
     ('{"prompt": "a question"}\n', 'line 1 is not {"text": ...} nor'),
     ('{"text": "both", "prompt": "a", "response": "b"}\n', 'line 1 is not {"text": ...} nor'),
     ('{"text": "a"}\n{"prompt": "b", "response": "c"}\n', 'line 2 is an example (prompt, response), but the lines '
                                                           'before it are a document (text): give one kind'),
-    ('{"text": 3}\n', "line 1: 'text' must be strings"),
+    ('{"text": 3}\n', "line 1: 'text' must be a string"),
+    ('{"prompt": "a", "response": ["b"]}\n', "line 1: 'response' must be a string"),
     ('{"text": ""}\n', "line 1's text is empty"),
     ('{"prompt": "a", "response": ""}\n', "line 1's response is empty"),
     ("\n  \n", "is empty"),

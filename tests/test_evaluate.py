@@ -101,6 +101,59 @@ def test_batched_scoring_equals_scoring_each_text_alone_and_keeps_the_order(tiny
                                    rtol=1e-5)
 
 
+def test_batches_hold_at_most_batch_size_requests_and_batch_tokens_positions_longest_first():
+    requests = [([EOT], list(range(n))) for n in (3, 40, 7, 64, 1, 20, 20, 9)]  # inputs of n positions
+    length = [len(c) + len(t) - 1 for c, t in requests]
+    for batch_size, batch_tokens in ((1, 1024), (64, 1), (64, 40), (3, 64), (64, 1024), (2, 50)):
+        batches = evaluate.batches(requests, batch_size, batch_tokens)
+        assert sorted(i for batch in batches for i in batch) == list(range(len(requests)))  # each once
+        order = [i for batch in batches for i in batch]
+        assert [length[i] for i in order] == sorted(length, reverse=True)  # longest first: little padding
+        for batch in batches:
+            assert len(batch) <= batch_size
+            assert len(batch) == 1 or len(batch) * length[batch[0]] <= batch_tokens  # rows x the longest
+            rest = order[order.index(batch[-1]) + 1:]
+            assert not rest or len(batch) == batch_size or (len(batch) + 1) * length[batch[0]] > batch_tokens
+    assert evaluate.batches(requests, 64, 40) == [[3], [1], [5, 6], [7, 2, 0, 4]]  # 64 and 40 alone: over 40
+
+
+def test_batching_by_tokens_gives_the_numbers_of_one_request_at_a_time(tiny):
+    encoder, hparams, params = tiny
+    texts = ["Hi", "The quick brown fox jumps over the lazy dog.", "a", "x " * 30, DOCUMENTS[0]]
+    requests = [([EOT], encoder.encode(t)[:64]) for t in texts]
+    alone = list(evaluate.score_requests(requests, params, hparams, batch_size=1))
+    for batch_tokens in (1, 64, 100, 10_000):
+        for (logprobs, greedy), (one, one_greedy) in zip(
+                evaluate.score_requests(requests, params, hparams, batch_tokens=batch_tokens), alone):
+            np.testing.assert_allclose(logprobs, one, rtol=1e-6)  # a row's sums may round in another order
+            assert greedy == one_greedy
+    nll = evaluate.perplexity(DOCUMENTS, encoder, params, hparams, 16, 5, batch_size=1)["nll"]
+    for batch_tokens in (16, 100, 10_000):
+        got = evaluate.perplexity(DOCUMENTS, encoder, params, hparams, 16, 5, batch_tokens=batch_tokens)["nll"]
+        assert got == pytest.approx(nll, rel=1e-6)
+
+
+def test_the_progress_moves_as_each_window_is_scored(tiny, monkeypatch):
+    """A budget of one window a batch: the bar moves after each window, by its tokens, not once at the end."""
+    encoder, hparams, params = tiny
+    events, score_batch = [], evaluate.score_batch
+
+    def recorded(requests, *args):
+        events.append(("batch", len(requests)))
+        return score_batch(requests, *args)
+
+    monkeypatch.setattr(evaluate, "score_batch", recorded)
+    result = evaluate.perplexity(DOCUMENTS[:1], encoder, params, hparams, 16, 16, batch_size=8, batch_tokens=16,
+                                 progress=lambda n: events.append(("tokens", n)))
+    windows = -(-result["tokens"] // 16)
+    assert windows > 3 and events == [("batch", 1), ("tokens", 16)] * (windows - 1) + [
+        ("batch", 1), ("tokens", result["tokens"] - 16 * (windows - 1))]
+    events.clear()
+    evaluate.loglikelihood([("A", " b"), ("The cat", " sat down"), ("", "Hi")], encoder, params, hparams,
+                           progress=lambda n: events.append(("tokens", n)))
+    assert events == [("batch", 3), ("tokens", 2), ("tokens", 1), ("tokens", 1)]  # one batch: each request told
+
+
 # --- perplexity ---------------------------------------------------------------------------------
 
 DOCUMENTS = ["The cat sat on the mat. " * 12, " Short one.\n", "Ünïcödé bytes — and  two\tspaces\n\nand lines."]
@@ -331,6 +384,27 @@ def test_the_commands_print_their_tables_and_json(tiny, tmp_path, capsys):
     assert capsys.readouterr().out.split()[:2] == ["n", "5"]
 
 
+def test_perplexitys_progress_knows_the_documents_tokens_and_the_flags_set_the_batches(tiny, tmp_path, capsys,
+                                                                                       monkeypatch):
+    encoder, hparams, params = tiny
+    text = tmp_path / "doc.txt"
+    text.write_text(DOCUMENTS[0], encoding="utf-8")
+    n = len(encoder.encode(DOCUMENTS[0]))
+    sizes, score_batch = [], evaluate.score_batch
+    monkeypatch.setattr(evaluate, "score_batch", lambda requests, *a: sizes.append(len(requests)) or
+                        score_batch(requests, *a))
+    assert evaluate_cli.main(["perplexity", str(text), "--model", TINY, "--json", "--context", "16"]) == 0
+    out, err = capsys.readouterr()
+    assert f"tokens {n:,}/{n:,} (100%)" in err  # the total known from the start: in a log, its last line
+    windows = -(-n // 16)
+    assert sizes == [8] * (windows // 8) + [windows % 8] * (windows % 8 > 0)  # the cap: 8 x 16 is under 1,024
+    sizes.clear()
+    assert evaluate_cli.main(["perplexity", str(text), "--model", TINY, "--quiet", "--context", "16",
+                              "--batch-tokens", "32"]) == 0
+    assert sizes == [2] * (windows // 2) + [1] * (windows % 2)
+    assert json.loads(out)["tokens"] == n
+
+
 def bad_inputs(tmp_path):
     """(argv, what the one line must say) for every bad input of issue 24 §6."""
     def file(name, content):
@@ -350,7 +424,7 @@ def bad_inputs(tmp_path):
         (["perplexity", file("latin1.txt", "caf\xe9".encode("latin-1"))], "is not UTF-8"),
         (["surprisal", file("empty2.txt", "\n\n")], "is empty"),
         (["choice", file("notjson.jsonl", json.dumps(choice) + "\n{not json\n")], "line 2 is not JSON"),
-        (["perplexity", file("notext.jsonl", '{"txt": "a"}\n')], "line 1 has no 'text'"),
+        (["perplexity", file("notext.jsonl", '{"txt": "a"}\n')], 'line 1 is not {"text": ...} nor'),
         (["lambada", file("notext2.jsonl", '{"context": "a b"}\n')], "line 1 has no 'text'"),
         (["choice", choice_file("nocontext.jsonl", context=None)], "line 1 has no 'context'"),
         (["choice", choice_file("nochoices.jsonl", choices=None)], "line 1 has no 'choices'"),
@@ -363,10 +437,14 @@ def bad_inputs(tmp_path):
         (["perplexity", good, "--stride", "0"], "--stride must be between 1 and the context (64), got 0"),
         (["perplexity", good, "--context", "8", "--stride", "9"], "--stride must be between 1 and the context (8)"),
         (["perplexity", good, "--context", "65"], "--context must be between 1 and the model's context (64)"),
-        (["perplexity", file("emptytext.jsonl", '{"text": ""}\n')], "document 1 is empty: too short to score"),
+        (["perplexity", file("emptytext.jsonl", '{"text": ""}\n')], "emptytext.jsonl: line 1's text is empty"),
+        (["choice", file("list.jsonl", '["a list"]\n')], "list.jsonl: line 1 is not a JSON object"),  # corpus's words
+        (["lambada", file("number.jsonl", '{"text": 3}\n')], "number.jsonl: line 1: 'text' must be a string"),
+        (["choice", choice_file("true.jsonl", answer=True)], "line 1: 'answer' must be a whole number"),
         (["lambada", file("oneword.jsonl", '{"text": "alone"}\n')], "line 1: the text needs a context and a last word"),
         (["surprisal", file("long.txt", "short\n" + " x" * 70 + "\n")], "line 2 has 70 tokens"),
         (["perplexity", good, "--batch-size", "0"], "--batch-size"),
+        (["perplexity", good, "--batch-tokens", "0"], "--batch-tokens"),
     ]
 
 
