@@ -18,20 +18,25 @@ Each forward function has its backward here, with its derivative in one line and
        the output layer + the loss   head_backward (with cross_entropy_fast)
        transformer_block             transformer_block_backward
        wte[ids] + wpe[positions]     embedding_backward
+       gpt2_hidden                   model_backward (ln_f, the blocks from the last, the embeddings)
        gpt2 + its loss               loss_and_grads
+       gpt2 + any metric             activation_grads (each activation's gradient, through a hook)
 
 The training forward is gpt2_hidden() itself, run with a hook that keeps exactly the
 activations the backward reads (KEPT), and that applies dropout where GPT-2 has it; nothing
-of the forward pass is written again here. Where the hot path needs a cleverer form
-(gelu_backward_fast, cross_entropy_fast), the plain one stays beside it and a
-test holds the two equal. The optimizer is optimizer.py's; the loop is train.py's.
+of the forward pass is written again here. The backward has hooks too, the forward's mirror:
+where the forward passes an activation through hook(name, x), the backward passes that
+activation's gradient through hook(name, grad), with the same name and layout, and goes on
+with what the hook returns (activation_grads; circuits.py's attribution patching reads them).
+Where the hot path needs a cleverer form (gelu_backward_fast, cross_entropy_fast), the plain
+one stays beside it and a test holds the two equal. The optimizer is optimizer.py's; the loop is train.py's.
 """
 import math
 
 import numpy as np
 
-from gpt2_numpy import (GELU_CUBIC, SQRT_2_OVER_PI, checked_ids, gpt2_hidden, layer_norm_eps, log_softmax,
-                        merge_heads, next_token_loss, softmax, split_heads)
+from gpt2_numpy import (GELU_CUBIC, SQRT_2_OVER_PI, block_hook, checked_ids, gpt2_hidden, layer_norm_eps,
+                        log_softmax, merge_heads, next_token_loss, no_hook, softmax, split_heads)
 from plumbing import shapes
 from plumbing.shapes import LAYER_NORM_EPS
 from plumbing.parallel import in_chunks, reused, shared_among_cores
@@ -130,11 +135,13 @@ def layer_backward(x, layer, dy, frozen=False):
     return dx, {"lora": grads}
 
 
-def ffn_backward(x, h, a, c_fc, c_proj, dy, frozen=False):
+def ffn_backward(x, h, a, c_fc, c_proj, dy, frozen=False, hook=no_hook):
     """c_proj(gelu(c_fc(x))) backwards: c_proj, then gelu, then c_fc. h = c_fc(x), a = gelu(h).
-    x, dy [B, T, C], h, a [B, T, 4C] -> dx [B, T, C], grads {c_fc, c_proj} (frozen: layer_backward's)"""
+    x, dy [B, T, C], h, a [B, T, 4C] -> dx [B, T, C], grads {c_fc, c_proj} (frozen: layer_backward's)
+    hook: the gradients of "mlp.gelu" and "mlp.c_fc" (see the top of the file)."""
     da, proj_grads = layer_backward(a, c_proj, dy, frozen)
-    dx, fc_grads = layer_backward(x, c_fc, in_chunks(gelu_backward_fast, h, da), frozen)
+    dh = hook("mlp.c_fc", in_chunks(gelu_backward_fast, h, hook("mlp.gelu", da)))
+    dx, fc_grads = layer_backward(x, c_fc, dh, frozen)
     return dx, {"c_fc": fc_grads, "c_proj": proj_grads}
 
 
@@ -161,25 +168,29 @@ def dropout_backward(drop_mask, p_drop, dy):
 # 2. Attention
 # ============================================================================
 
-def attention_backward(q, k, v, weights, dz, drop_mask=None, p_drop=0.0):
+def attention_backward(q, k, v, weights, dz, drop_mask=None, p_drop=0.0, hook=no_hook):
     """z = weights v, weights = softmax(q kᵀ/√D + the causal mask):
     dv = weightsᵀ dz,  dweights = dz vᵀ,  dscores = softmax_backward,  dq = dscores k/√D,  dk = dscoresᵀ q/√D
     q [B, H, T, D], weights [B, H, T, T], dz [B, H, T, D] -> dq, dk, dv [B, H, T, D]
-    With dropout on the weights (its drop_mask, p_drop), z was made from the dropped weights instead."""
+    With dropout on the weights (its drop_mask, p_drop), z was made from the dropped weights instead.
+    hook: the gradients of "attn.weights" (of the weights z was made from) and "attn.scores"."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     used = weights if drop_mask is None else dropout_backward(drop_mask, p_drop, weights)  # the same mask and scale
     dv = used.swapaxes(-1, -2) @ dz
-    dscores = in_chunks(softmax_backward, weights, dropout_backward(drop_mask, p_drop, dz @ v.swapaxes(-1, -2)))
+    dweights = hook("attn.weights", dz @ v.swapaxes(-1, -2))
+    dscores = hook("attn.scores", in_chunks(softmax_backward, weights, dropout_backward(drop_mask, p_drop, dweights)))
     return dscores @ k * scale, dscores.swapaxes(-1, -2) @ q * scale, dv
 
 
-def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0, frozen=False):
+def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0, frozen=False, hook=no_hook):
     """c_proj, merge heads, attention, split heads, c_attn, backwards.   dy [B, T, C] -> dx [B, T, C], grads
-    (frozen: layer_backward's)"""
+    (frozen: layer_backward's). hook: the gradients of attn.z, attn.weights, attn.scores, attn.q, .k and .v."""
     dz_merged, proj_grads = layer_backward(merge_heads(kept["attn.z"]), c_proj, dy, frozen)
     dq, dk, dv = attention_backward(kept["attn.q"], kept["attn.k"], kept["attn.v"], kept["attn.weights"],
-                                    split_heads(dz_merged, n_head), kept.get("attn.weights.mask"), p_drop)
-    dqkv = np.concatenate([merge_heads(d) for d in (dq, dk, dv)], axis=-1)  # [B, T, 3C], as c_attn made them
+                                    hook("attn.z", split_heads(dz_merged, n_head)), kept.get("attn.weights.mask"),
+                                    p_drop, hook)
+    dqkv = np.concatenate([merge_heads(hook(f"attn.{name}", d)) for name, d in zip("qkv", (dq, dk, dv))],
+                          axis=-1)  # [B, T, 3C], as c_attn made them
     dx, attn_grads = layer_backward(kept["ln_1"], c_attn, dqkv, frozen)
     return dx, {"c_attn": attn_grads, "c_proj": proj_grads}
 
@@ -285,21 +296,26 @@ def head_backward(xf, wte, targets, buffers=None, frozen=False):
     return loss, (logits @ wte).reshape(xf.shape), dwte
 
 
-def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, hparams, dy, p_drop=0.0, frozen=False):
+def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, hparams, dy, p_drop=0.0, frozen=False, hook=no_hook):
     """x + mha(ln_1(x)), then + ffn(ln_2(x)), backwards: each residual passes dy straight through
     and adds what flows back through its branch (and through its dropout, if any).
-    dy [B, T, C] -> dx [B, T, C], grads (frozen, a LoRA run: the adapters' alone)"""
+    dy [B, T, C] -> dx [B, T, C], grads (frozen, a LoRA run: the adapters' alone)
+    hook: the gradient of each activation the block passes through its forward hook, by the same name."""
     eps = layer_norm_eps(hparams)
+    dy = hook("resid_post", dy)
     dln2, mlp_grads = ffn_backward(kept["ln_2"], kept["mlp.c_fc"], kept["mlp.gelu"], mlp["c_fc"], mlp["c_proj"],
-                                   dropout_backward(kept.get("mlp.out.mask"), p_drop, dy), frozen)
-    dmid, dg2, db2 = layer_norm_backward(kept["resid_mid"], ln_2["g"], dln2, eps)
-    dmid = dmid + dy
+                                   dropout_backward(kept.get("mlp.out.mask"), p_drop, hook("mlp.out", dy)), frozen,
+                                   hook)
+    dmid, dg2, db2 = layer_norm_backward(kept["resid_mid"], ln_2["g"], hook("ln_2", dln2), eps)
+    dmid = hook("resid_mid", dmid + dy)
     dln1, attn_grads = mha_backward(kept, attn["c_attn"], attn["c_proj"], hparams["n_head"],
-                                    dropout_backward(kept.get("attn.out.mask"), p_drop, dmid), p_drop, frozen)
-    dx, dg1, db1 = layer_norm_backward(kept["resid_pre"], ln_1["g"], dln1, eps)
+                                    dropout_backward(kept.get("attn.out.mask"), p_drop, hook("attn.out", dmid)),
+                                    p_drop, frozen, hook)
+    dx, dg1, db1 = layer_norm_backward(kept["resid_pre"], ln_1["g"], hook("ln_1", dln1), eps)
+    dx = hook("resid_pre", dx + dmid)
     if frozen:
-        return dx + dmid, {"attn": attn_grads, "mlp": mlp_grads}
-    return dx + dmid, {"ln_1": {"g": dg1, "b": db1}, "attn": attn_grads, "ln_2": {"g": dg2, "b": db2},
+        return dx, {"attn": attn_grads, "mlp": mlp_grads}
+    return dx, {"ln_1": {"g": dg1, "b": db1}, "attn": attn_grads, "ln_2": {"g": dg2, "b": db2},
                        "mlp": mlp_grads}
 
 
@@ -324,14 +340,32 @@ def loss_and_grads(ids, targets, params, hparams, p_drop=0.0, rng=None, buffers=
     checked_ids(np.where(targets == IGNORE, 0, targets), params)
     kept, top = training_forward(ids, params, hparams, p_drop, rng)
     loss, dxf, dwte = head_backward(top["ln_f"], params["wte"], targets, buffers, frozen)
-    dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], dxf, layer_norm_eps(hparams))
+    return loss, model_backward(ids, kept, top, params, hparams, dxf, dwte, p_drop, frozen)
+
+
+def model_backward(ids, kept, top, params, hparams, dxf, dwte=None, p_drop=0.0, frozen=False, hook=no_hook):
+    """gpt2_hidden backwards, from dxf [B, T, C], the gradient of ln_f's output: ln_f, the blocks from the
+    last, the embeddings' gather (added into dwte, the head's part of wte's gradient). -> grads (frozen: the
+    adapters' alone). hook: each activation's gradient, by gpt2_numpy's names (see the top of the file)."""
+    dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], hook("ln_f", dxf), layer_norm_eps(hparams))
     grads = {"ln_f": {"g": dgf, "b": dbf}, "blocks": [None] * len(params["blocks"])}
     for i in reversed(range(len(params["blocks"]))):
         dx, grads["blocks"][i] = transformer_block_backward(kept[i], **params["blocks"][i], hparams=hparams, dy=dx,
-                                                            p_drop=p_drop, frozen=frozen)
+                                                            p_drop=p_drop, frozen=frozen, hook=block_hook(hook, i))
+    dx = hook("wte", dropout_backward(kept[0].get("resid_pre.mask"), p_drop, dx))  # after the embeddings' dropout
+    hook("wpe", dx.sum(axis=0))  # wpe[positions] is one row a position for the whole batch: its rows' sum
     if frozen:
-        return loss, {"blocks": grads["blocks"]}  # the adapters' alone: nothing else is trained
-    dx = dropout_backward(kept[0].get("resid_pre.mask"), p_drop, dx)  # the embeddings' dropout
+        return {"blocks": grads["blocks"]}  # the adapters' alone: nothing else is trained
     grads["wte"], grads["wpe"] = dwte, np.zeros_like(params["wpe"])
     embedding_backward(ids, dx, grads["wte"], grads["wpe"])  # wte's second part: the gather's
-    return loss, grads
+    return grads
+
+
+def activation_grads(ids, params, hparams, dlogits, hook):
+    """The backward pass from any metric of the logits, for the activations' gradients: dlogits [B, T, V],
+    d metric / d logits, comes back through the tied head (logits = x wteᵀ, so dx = dlogits wte) and
+    model_backward, and each activation's gradient goes through hook(name, grad), the forward hooks'
+    mirror. No weight's gradient is made (as for a LoRA run's frozen weights). ids [B, T]"""
+    ids = checked_ids(ids, params)
+    kept, top = training_forward(ids, params, hparams)
+    model_backward(ids, kept, top, params, hparams, dlogits @ params["wte"], frozen=True, hook=hook)

@@ -120,6 +120,22 @@ EXERCISES = {
     26: ("LoRA's backward",
          [("backward.py", "lora_linear_backward", "test_lora_linear_backward_by_finite_differences")],
          ["test_every_adapter_gradient_matches_torch"], "lora"),
+    27: ("the logit difference",
+         [("circuits.py", "logit_difference",
+           "test_the_logit_difference_is_the_answers_logit_less_the_wrong_ones_averaged_over_the_pairs")],
+         ["test_the_metric_of_each_run_is_transformer_lenss"], "circuits"),
+    28: ("one activation patch, as a hook",
+         [("circuits.py", "patch_hook", "test_a_patch_hook_replaces_one_cell_with_the_clean_runs_and_leaves_the_rest")],
+         ["test_one_cell_is_the_corrupted_run_with_that_activation_replaced_by_hand",
+          "test_every_patching_sweep_is_transformer_lenss"], "patch"),
+    29: ("one component's direct logit attribution",
+         [("circuits.py", "dla_component",
+           "test_one_components_share_is_its_centred_value_over_lnfs_scale_along_the_direction")],
+         ["test_the_components_add_up_to_the_logit_difference_but_ln_fs_bias_term",
+          "test_direct_logit_attribution_is_transformer_lenss"], "dla"),
+    30: ("an activation's gradient",
+         [("backward.py", "activation_grads", "test_every_activations_gradient_by_finite_differences")],
+         ["test_every_activations_gradient_is_torchs"], "attribution"),
     31: ("the repetition penalty",
          [("gpt2_numpy.py", "penalize_repeats",
            "test_the_repetition_penalty_divides_positive_and_multiplies_negative_logits_of_seen_tokens")],
@@ -143,7 +159,10 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "lora": "python train.py --lora-rank R",
          "repetition": 'python gpt2_numpy.py --greedy --repetition-penalty 1.1 "prompt"',
          "ngrams": 'python gpt2_numpy.py --greedy --no-repeat-ngram-size 2 "prompt"',
-         "beams": 'python gpt2_numpy.py --num-beams 3 "prompt"'}
+         "beams": 'python gpt2_numpy.py --num-beams 3 "prompt"',
+         "circuits": "python circuits.py logit-diff (and every experiment but heads)",
+         "patch": "python circuits.py patch", "dla": "python circuits.py dla",
+         "attribution": "python circuits.py attribution"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -156,7 +175,9 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
          "instruction": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
          "lora": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 25, 26),
          "repetition": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 31), "ngrams": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 32),
-         "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33)}
+         "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33),
+         "circuits": (1, 2, 3, 10, 11, 12, 27), "patch": (1, 2, 3, 10, 11, 12, 27, 28),
+         "dla": (1, 2, 3, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 10, 11, 12, 16, 17, 27, 30)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The

@@ -11,13 +11,12 @@ bytes (0..255 for 0..1, so within 1/510 of the computed values) to keep the page
 import base64
 import html
 import json
-import os
 
 import numpy as np
 
 import look_inside
+from plumbing import folders
 from plumbing.errors import UserError
-from plumbing.folders import whole_file
 
 MAX_BYTES = 100_000_000  # past this, a browser struggles: the prompt should be shorter
 N_NEXT = 10
@@ -62,11 +61,7 @@ def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT
                      [[encoder.decode([int(i)]) for i in row] for row in lens["top"][:, 0]], lens["top_prob"][:, 0],
                      look_inside.lens_labels(L),
                      [(encoder.decode([int(i)]), p, lp) for i, p, lp in zip(top, probs, logprobs)], title)
-    text = render_page(data)
-    with whole_file(path, "the page") as tmp:  # never half a page
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-    return os.path.getsize(path)
+    return folders.write_page(path, render_page(data))
 
 
 PAGE = """<!DOCTYPE html>

@@ -17,7 +17,9 @@ FLAGS = {"n_tokens": "--n-tokens", "temperature": "--temperature", "top_k": "--t
          "n_samples": "--n-samples", "trace_block": "--trace-block", "draft_tokens": "--draft-tokens",
          "context": "--context", "stride": "--stride", "min_p": "--min-p", "repetition_penalty": "--repetition-penalty",
          "no_repeat_ngram_size": "--no-repeat-ngram-size", "stop_strings": "--stop", "num_beams": "--num-beams",
-         "num_return_sequences": "--num-return-sequences", "length_penalty": "--length-penalty"}
+         "num_return_sequences": "--num-return-sequences", "length_penalty": "--length-penalty",
+         "site": "--site", "component": "--component", "source": "--source", "pattern": "--pattern",
+         "answer": "--answer", "wrong": "--wrong"}
 
 
 def model_flags(parser, positional=False, model_help=MODEL_HELP, base_url=True):

@@ -83,3 +83,11 @@ def whole_file(path, what="the file", error=UserError):
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
+
+
+def write_page(path, text):
+    """A page of HTML (or any text) written to path whole, as UTF-8: -> its size in bytes."""
+    with whole_file(path, "the page") as tmp:  # never half a page
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+    return os.path.getsize(path)

@@ -34,6 +34,15 @@ def r64(*shape, seed=0, scale=1.0):
     return np.random.default_rng(seed).standard_normal(shape) * scale
 
 
+def as_float64(params):
+    """A model's params (nested dicts and lists of arrays) in float64, for finite differences through the model."""
+    if isinstance(params, dict):
+        return {k: as_float64(v) for k, v in params.items()}
+    if isinstance(params, list):
+        return [as_float64(v) for v in params]
+    return np.array(params, np.float64) if hasattr(params, "shape") else params
+
+
 def numerical_grad(f, x, eps=1e-6):
     """d f / d x by central differences, one element at a time (float64)."""
     grad = np.zeros_like(x)
@@ -226,8 +235,8 @@ def closed_port():
 # them, the model before the programs built on it. test_layout.py holds this list to every test file.
 FILE_ORDER = ["test_blocks.py", "test_crc32c.py", "test_bpe.py", "test_bpe_train.py", "test_checkpoint.py",
               "test_folders.py", "test_model.py", "test_decoding.py", "test_beam_search.py", "test_initialise.py",
-              "test_backward.py", "test_optimizer.py", "test_parallel.py", "test_look_inside.py", "test_evaluate.py",
-              "test_eval_golden.py", "test_train.py", "test_documents.py", "test_instruction.py", "test_lora.py",
+              "test_backward.py", "test_optimizer.py", "test_parallel.py", "test_look_inside.py", "test_circuits.py",
+              "test_evaluate.py", "test_eval_golden.py", "test_train.py", "test_documents.py", "test_instruction.py", "test_lora.py",
               "test_params.py", "test_safetensors_writer.py", "test_hf.py", "test_convert.py",
               "test_download.py", "test_cli.py", "test_decoding_cli.py", "test_speculative.py", "test_html_page.py",
               "test_layout.py", "test_real_weights.py", "test_exercises.py"]

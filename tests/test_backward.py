@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import GRAD_GOLDEN as GOLDEN, numerical_grad, r64
+from conftest import GRAD_GOLDEN as GOLDEN, as_float64, numerical_grad, r64
 import gpt2_numpy as g
 from plumbing import shapes
 
@@ -256,3 +256,34 @@ def test_the_training_forward_is_the_model(models):
     assert np.abs(top["ln_f"] @ params["wte"].T - g.gpt2(ids, params, hp)).max() <= 1e-5
     assert sorted(kept[0]) == sorted(backward.KEPT)
     np.testing.assert_array_equal(top["ln_f"], g.layer_norm(top["x"], **params["ln_f"]))
+
+
+def test_the_backward_passes_each_gradient_through_a_hook_as_the_forward_passes_each_activation(models):
+    """The backward's hooks mirror the forward's: the same names, each gradient the shape of its activation;
+    and what a hook returns goes on (a gradient stopped at block 1's input leaves block 0 and the embeddings
+    none, and changes no gradient after it). (Their values: tests/test_circuits.py.)"""
+    hp, params = models["odd"]
+    ids = GOLDEN["odd/ids"][:, :5]
+    forward = {}
+
+    def record(name, x):
+        forward[name] = x.shape
+        return x
+
+    g.gpt2_hidden(ids, params, hp, hook=record)
+    dlogits = r64(*ids.shape, 96, seed=50).astype(np.float32)
+    seen = {}
+    backward.activation_grads(ids, params, hp, dlogits, lambda name, d: seen.setdefault(name, d))
+    assert {n: d.shape for n, d in seen.items()} == forward
+    stopped = {}
+
+    def stop(name, d):
+        stopped[name] = np.zeros_like(d) if name == "h1.resid_pre" else d
+        return stopped[name]
+
+    backward.activation_grads(ids, params, hp, dlogits, stop)
+    for name, d in stopped.items():
+        if shapes.block_index(name) in (None, 0) and name != "ln_f":
+            assert not d.any(), name
+        elif name != "h1.resid_pre":
+            np.testing.assert_array_equal(d, seen[name], err_msg=name)

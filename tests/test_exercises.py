@@ -200,6 +200,9 @@ encoder, hp, params = loading.load_model("model")
 ids = [encoder.encode("the cat sat on the mat, and the dog ran to the park")]
 print(round(look_inside.loss(ids, params, hp), 5), round(look_inside.loss(ids, params, hp, {"blocks.1.attn.hook_z": look_inside.zero_ablate_head(1)}), 5))
 """
+IOI = ["--clean", "When Mary and John went to the store, John gave a drink to",
+       "--corrupted", "When Mary and John went to the store, Mary gave a drink to", "--answer", " Mary",
+       "--wrong", " John"]
 PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the project
     "generate": ["gpt2_numpy.py", "--model", "model", "--seed", "1", "--top-k", "20", "--top-p", "0.9", "--n-tokens",
                  "8", "--quiet", PROMPT],
@@ -226,6 +229,10 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "ngrams": ["gpt2_numpy.py", "--model", "model", "--greedy", "--no-repeat-ngram-size", "2", "--n-tokens", "12",
                "--quiet", PROMPT],
     "beams": ["gpt2_numpy.py", "--model", "model", "--num-beams", "3", "--n-tokens", "10", "--quiet", PROMPT],
+    "circuits": ["circuits.py", "logit-diff", *IOI[:2], *IOI[4:], "--model", "model"],
+    "patch": ["circuits.py", "patch", *IOI, "--site", "head", "--model", "model"],
+    "dla": ["circuits.py", "dla", *IOI[:2], *IOI[4:], "--model", "model"],
+    "attribution": ["circuits.py", "attribution", *IOI, "--site", "head", "--model", "model"],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -259,6 +266,15 @@ WRONG = {
     "beam_step": "totals = logprobs.ravel()\nbest = np.argsort(-totals, kind='stable')[:n]\n"
                  "return totals[best], best // logprobs.shape[1], best % logprobs.shape[1]",  # the beams' own scores
     # forgotten: each step's likeliest tokens, whatever the path before them
+    "logit_difference": "rows = np.arange(len(logits))\n"
+                        "return float((logits[rows, :, answer] - logits[rows, :, wrong]).mean())",
+    # every position's difference, not the last one's
+    "patch_hook": "def hook(act, name):\n    return clean.copy()\n\nreturn hook",  # the whole activation, not the cell
+    "dla_component": "return ((component / scale) * direction).sum(-1)",  # not centred: ln_f subtracts the mean first
+    "activation_grads": "ids = checked_ids(ids, params)\n"
+                        "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"
+                        "model_backward(ids, kept, top, params, hparams, dlogits @ params['wte'], p_drop=0.1, "
+                        "frozen=True, hook=hook)",  # training's call copied: dropout on
 }
 
 

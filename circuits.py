@@ -1,0 +1,441 @@
+"""Finding the circuit behind a behaviour: TransformerLens's experiments, exactly, on look_inside's
+cache and hooks and on backward.py's gradients.
+
+    python circuits.py patch --clean "When Mary and John went to the store, John gave a drink to" \\
+        --corrupted "When Mary and John went to the store, Mary gave a drink to" --answer " Mary" --wrong " John"
+
+A behaviour is a metric: the logit difference between a right answer and a wrong one, on a clean
+prompt (which gives the right answer) and a corrupted one (which does not). Six experiments ask
+where the difference comes from, each with TransformerLens 4.3.0's definition (docs/circuits.md
+has their equations, their pictures, and which TransformerLens setting gives the same numbers):
+
+  1. the metric              logit_difference: logits[-1, A] - logits[-1, B], averaged over the pairs
+  2. activation patching     patch: the corrupted run with one activation the clean run's
+  3. direct logit attribution  dla_components, dla_heads: what each part wrote, read along A - B
+  4. attribution patching    attribution: patching's first-order estimate, from one backward pass
+                             (backward.py's, returning each activation's gradient)
+  5. direct path patching    path_patch: one head's change, into one later head's q, k or v alone
+  6. head detectors          head_scores: previous-token, duplicate-token and induction heads
+
+Every function takes the model's (params, hparams) and token ids, and returns NumPy arrays. The
+prompts come in pairs, [B, T] each: B pairs of the same length T, each pair with its own answer
+and wrong answer ([B] ids). Shapes: L = n_layer, H = n_head, C = n_embd, D = C / H, V = n_vocab.
+
+Nothing here runs the model but gpt2_numpy's forward pass: patched runs are its hooks
+(look_inside.run_with_hooks); the fast sweeps run it too, from the patched layer on, over many
+patched copies in one batch (run_patched_fast beside run_patched, which a test holds equal).
+"""
+import sys
+
+import numpy as np
+
+from backward import activation_grads
+from gpt2_numpy import gpt2_hidden, layer_norm, layer_norm_eps, linear
+from look_inside import run_with_cache, run_with_hooks, shown, taken_back, transformer_lens_name
+from plumbing.errors import UserError
+from plumbing.shapes import block_index
+
+SITES = {  # what `patch` can patch: the activation (TransformerLens's name within block l)
+    "resid_pre": "hook_resid_pre", "resid_mid": "hook_resid_mid", "attn_out": "hook_attn_out",
+    "mlp_out": "hook_mlp_out", "head": "attn.hook_z", "q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v",
+    "pattern": "attn.hook_pattern"}
+BY_POSITION = ("resid_pre", "resid_mid", "attn_out", "mlp_out")  # one position of one layer at a time: [L, T]
+ATTRIBUTED = ("resid_pre", "attn_out", "mlp_out", "head")  # attribution's sites: [L, T], and [L, T, H] for head
+COMPONENTS = ("q", "k", "v")  # the inputs of a head that path patching can reach
+PATTERNS = ("previous", "duplicate", "induction")  # the heads that head_scores detects
+ROWS = 4096  # positions a fast sweep's batch holds at most: its copies x the pairs x T
+
+
+# ============================================================================
+# 1. The metric
+# ============================================================================
+
+def logit_difference(logits, answer, wrong):
+    """mean over the pairs of logits[b, -1, answer[b]] - logits[b, -1, wrong[b]]: how much more the model
+    believes the right answer than the wrong one, at the last position.
+    logits [B, T, V], answer, wrong [B] -> a float"""
+    rows = np.arange(len(logits))
+    last = logits[:, -1]
+    return float((last[rows, answer] - last[rows, wrong]).mean())
+
+
+def answer_logits(hidden, wte, answer, wrong):
+    """The two columns of the last position's logits that the metric reads, as logits of a two-token
+    vocabulary: [..., B, 1, 2], with the answer at 0 and the wrong answer at 1 (so logit_difference(.., 0, 1)
+    is the metric). hidden [..., B, C]: ln_f's output at the last position; wte [V, C]; answer, wrong [B]."""
+    return np.stack([(hidden * wte[answer]).sum(-1), (hidden * wte[wrong]).sum(-1)], -1)[..., None, :]
+
+
+def answers(ids, answer, wrong, params):
+    """The prompts ids as [B, T], and each one's answer and wrong answer [B] (one id: the same for all)."""
+    ids = np.atleast_2d(ids)
+    answer, wrong = (np.broadcast_to(np.asarray(a), ids.shape[:1]) for a in (answer, wrong))
+    n_vocab = params["wte"].shape[0]
+    for name, chosen in (("answer", answer), ("wrong", wrong)):
+        if not np.issubdtype(chosen.dtype, np.integer) or chosen.min() < 0 or chosen.max() >= n_vocab:
+            raise UserError(f"must be token ids in 0..{n_vocab - 1}, got {chosen.tolist()}", arg=name)
+    return ids, answer, wrong
+
+
+def pairs(clean_ids, corrupted_ids, answer, wrong, params):
+    """The prompt pairs as arrays: clean and corrupted [B, T] of the same shape, answer and wrong [B]."""
+    clean_ids, answer, wrong = answers(clean_ids, answer, wrong, params)
+    corrupted_ids = np.atleast_2d(corrupted_ids)
+    if clean_ids.shape != corrupted_ids.shape:
+        raise UserError(f"the clean and corrupted prompts must have the same number of tokens, got "
+                        f"{clean_ids.shape[-1]} and {corrupted_ids.shape[-1]}")
+    return clean_ids, corrupted_ids, answer, wrong
+
+
+def metric(params, hparams, ids, answer, wrong):
+    """The metric of one run of the prompts ids [B, T] (the model unchanged)."""
+    ids, answer, wrong = answers(ids, answer, wrong, params)
+    return logit_difference(run_with_hooks(ids, params, hparams, {}), answer, wrong)
+
+
+def metrics(params, hparams, clean_ids, corrupted_ids, answer, wrong):
+    """The metric of each run: (clean, corrupted)."""
+    clean_ids, corrupted_ids, answer, wrong = pairs(clean_ids, corrupted_ids, answer, wrong, params)
+    return metric(params, hparams, clean_ids, answer, wrong), metric(params, hparams, corrupted_ids, answer, wrong)
+
+
+def normalized(values, clean, corrupted):
+    """(value - corrupted) / (clean - corrupted): 0 where a patch brings nothing back, 1 where it brings
+    back the whole clean answer."""
+    return (np.asarray(values) - corrupted) / (clean - corrupted)
+
+
+# ============================================================================
+# 2. Activation patching
+# ============================================================================
+# A cell is one patched run: {TransformerLens name: hook}, with the layer it starts changing.
+# run_patched runs each cell as TransformerLens does, one forward pass a cell. run_patched_fast
+# gives the same numbers: the cells of one layer are copies of the corrupted prompts in one batch,
+# and since nothing before that layer changes, the model runs from that layer's residual stream
+# (computed once, in the corrupted run) through the blocks after it, and reads the two columns of
+# the logits that the metric needs.
+
+def patch_hook(clean, index):
+    """A hook that patches one cell: the activation with its part at `index` replaced by the clean
+    run's, the rest left as it is (a copy: the model's own activation is not changed).
+    clean [B, ...]: the clean run's activation, in TransformerLens's layout; index: a NumPy index."""
+    def hook(act, name):
+        act = act.copy()
+        act[index] = clean[index]
+        return act
+
+    return hook
+
+
+def patch_cells(site, all_positions, hparams, T):
+    """Where `patch` patches: -> (the result's shape, [(its index in the result, the layer, the activation,
+    the index into the activation)]), in TransformerLens's order (the last axis first)."""
+    L, H = hparams["n_layer"], hparams["n_head"]
+    if site not in SITES:
+        raise UserError(f"no site {site!r}: choose from {', '.join(SITES)}", arg="site")
+    if site in BY_POSITION:
+        shape, index = (L, T), lambda p: (slice(None), p)
+    elif site == "head" and not all_positions:
+        shape, index = (L, T, H), lambda p, h: (slice(None), p, h)
+    elif site == "pattern":  # [B, H, T, T]: the head is the second axis
+        shape, index = (L, H), lambda h: (slice(None), h)
+    else:  # q, k, v, z [B, T, H, D]: one head at every position
+        shape, index = (L, H), lambda h: (slice(None), slice(None), h)
+    return shape, [(cell, cell[0], f"blocks.{cell[0]}.{SITES[site]}", index(*cell[1:])) for cell in np.ndindex(shape)]
+
+
+def patch(params, hparams, clean_ids, corrupted_ids, answer, wrong, site, all_positions=False, fast=True):
+    """Activation patching: the corrupted run, with one activation at a time replaced by the clean run's;
+    each cell's value is that run's metric (TransformerLens's get_act_patch_*).
+    site: resid_pre, resid_mid, attn_out, mlp_out -> [L, T] (one position of one layer); head -> [L, T, H] (one
+    head's z at one position), or with all_positions [L, H]; q, k, v, pattern -> [L, H] (one head, every position).
+    fast: run_patched_fast (False: run_patched, one forward pass a cell)."""
+    clean_ids, corrupted_ids, answer, wrong = pairs(clean_ids, corrupted_ids, answer, wrong, params)
+    shape, where = patch_cells(site, all_positions, hparams, clean_ids.shape[1])
+    _, clean = run_with_cache(clean_ids, params, hparams, names=sorted({name for _, _, name, _ in where}))
+    cells = [(layer, {name: patch_hook(clean[name], index)}) for _, layer, name, index in where]
+    run = run_patched_fast if fast else run_patched
+    return np.array(run(params, hparams, corrupted_ids, cells, answer, wrong), np.float32).reshape(shape)
+
+
+def run_patched(params, hparams, corrupted_ids, cells, answer, wrong):
+    """Each cell's metric, one forward pass of the corrupted prompts a cell, with its hooks (look_inside's).
+    cells: [(the first layer its hooks change, {TransformerLens name: hook(act, name)})] -> [len(cells)]"""
+    return [logit_difference(run_with_hooks(corrupted_ids, params, hparams, hooks), answer, wrong)
+            for _, hooks in cells]
+
+
+def run_patched_fast(params, hparams, corrupted_ids, cells, answer, wrong):
+    """run_patched's numbers, many cells a pass: the cells that start at layer l run as copies of the
+    corrupted prompts in one batch, through blocks l..L-1 only (from the corrupted run's residual stream at
+    layer l, computed once), to ln_f at the last position and the metric's two logits. -> [len(cells)]"""
+    B, T = corrupted_ids.shape
+    layers = sorted({layer for layer, _ in cells})
+    _, start = run_with_cache(corrupted_ids, params, hparams, names=[f"blocks.{l}.hook_resid_pre" for l in layers])
+    out = np.empty(len(cells), np.float32)
+    per_batch = max(1, ROWS // (B * T))
+    for layer in layers:
+        todo = [i for i, (first, _) in enumerate(cells) if first == layer]
+        for chunk in range(0, len(todo), per_batch):
+            copies = todo[chunk:chunk + per_batch]
+            hidden = copies_forward(params, hparams, corrupted_ids, start[f"blocks.{layer}.hook_resid_pre"], layer,
+                                    [cells[i][1] for i in copies])  # [n, B, C]
+            logits = answer_logits(hidden, params["wte"], answer, wrong)  # [n, B, 1, 2]
+            out[copies] = [logit_difference(copy, np.zeros(B, int), np.ones(B, int)) for copy in logits]
+    return out
+
+
+def copies_forward(params, hparams, ids, resid, layer, hooks):
+    """The model from block `layer` on, over len(hooks) copies of the prompts, copy j with hooks[j]:
+    ln_f's output at the last position.   ids [B, T], resid [B, T, C] (the residual stream into block
+    `layer`), hooks [{TransformerLens name: hook(act, name)}] -> [n, B, C]"""
+    n, B = len(hooks), len(ids)
+    later = dict(params, blocks=params["blocks"][layer:])  # the blocks before `layer` are done: resid is theirs
+
+    def hook(name, x):
+        i = block_index(name)
+        if i is None:  # the embeddings (made again, and replaced below) and ln_f: no copy changes them
+            return x
+        full = f"h{i + layer}.{name.split('.', 1)[1]}"  # the name as the whole model has it: h0 of `later` is h{layer}
+        if full == f"h{layer}.resid_pre":
+            x = np.broadcast_to(resid, (n,) + resid.shape).reshape(x.shape)
+        tl = transformer_lens_name(full)
+        if not any(tl in h for h in hooks):
+            return x
+        view = shown(full, x)
+        acts = view.reshape((n, B) + view.shape[1:])  # [n, B, ...]: copy by copy
+        out = np.array(acts)
+        for j, h in enumerate(hooks):
+            if tl in h:
+                patched = h[tl](acts[j], tl)
+                if patched is not None:
+                    out[j] = patched
+        return taken_back(full, out.reshape((n * B,) + out.shape[2:]))
+
+    tiled = np.broadcast_to(ids, (n, B, ids.shape[1])).reshape(n * B, -1)
+    hidden = gpt2_hidden(tiled, later, hparams, last_only=True, hook=hook)
+    return hidden[:, -1].reshape(n, B, -1)
+
+
+# ============================================================================
+# 3. Direct logit attribution
+# ============================================================================
+# The last position's residual stream, before ln_f, is a sum: the embeddings and what each layer
+# (each head) wrote. ln_f divides the whole sum by one scale σ, so each part's share of the logit
+# difference is its own centred value over σ, read along ln_f's gain times wte[A] - wte[B]. What is
+# left over is ln_f's bias term, b · (wte[A] - wte[B]), which no part wrote.
+
+def logit_direction(params, answer, wrong):
+    """g ⊙ (wte[A] - wte[B]): the direction in the normalised residual stream along which the logit
+    difference grows, for each pair (g: ln_f's gain).   answer, wrong [B] -> [B, C]"""
+    return params["ln_f"]["g"] * (params["wte"][answer] - params["wte"][wrong])
+
+
+def final_scale(resid, eps):
+    """σ = √(var(resid) + eps): ln_f's scale, what it divides the residual stream by.   [..., C] -> [..., 1]"""
+    centred = resid - resid.mean(-1, keepdims=True)
+    return np.sqrt((centred * centred).mean(-1, keepdims=True) + eps)
+
+
+def dla_component(component, scale, direction):
+    """One part's share of the logit difference: ((c - mean c) / σ) · direction, each pair's.
+    component [B, C] (what it wrote at the last position), scale [B, 1], direction [B, C] -> [B]"""
+    centred = component - component.mean(-1, keepdims=True)
+    return ((centred / scale) * direction).sum(-1)
+
+
+def dla_run(params, hparams, ids, answer, wrong, names):
+    """One forward pass for direct logit attribution: (the cache of `names` at the last position, σ [B, 1],
+    the direction [B, C])."""
+    L = hparams["n_layer"]
+    last = f"blocks.{L - 1}.hook_resid_post"
+    _, cache = run_with_cache(ids, params, hparams, names=names + [last])
+    at_last = {name: np.broadcast_to(a, (len(ids),) + a.shape[1:])[:, -1] for name, a in cache.items()}
+    return at_last, final_scale(at_last[last], layer_norm_eps(hparams)), logit_direction(params, answer, wrong)
+
+
+def dla_components(params, hparams, ids, answer, wrong):
+    """Direct logit attribution by component: the embeddings and each layer's attention and MLP
+    outputs, as TransformerLens's decompose_resid + logit_attrs (ln_f folded), averaged over the prompts.
+    ids [B, T], answer, wrong [B] -> (labels ["embed", "pos_embed", "0_attn_out", "0_mlp_out", ...], [2 + 2L])"""
+    ids, answer, wrong = answers(ids, answer, wrong, params)
+    L = hparams["n_layer"]
+    parts = {"embed": "hook_embed", "pos_embed": "hook_pos_embed"}
+    for i in range(L):
+        parts.update({f"{i}_attn_out": f"blocks.{i}.hook_attn_out", f"{i}_mlp_out": f"blocks.{i}.hook_mlp_out"})
+    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, list(parts.values()))
+    return list(parts), np.array([dla_component(cache[name], scale, direction).mean() for name in parts.values()],
+                                 np.float32)
+
+
+def output_weights(c_proj, n_head):
+    """W_O: c_proj's weight as each head meets it, the D rows that head h's output multiplies.   -> [H, D, C]"""
+    return c_proj["w"].reshape(n_head, -1, c_proj["w"].shape[-1])
+
+
+def head_results(z, c_proj, n_head):
+    """What each head wrote: z_h @ W_O[h] (no bias: c_proj's bias belongs to no head).   z [..., H, D] -> [..., H, C]"""
+    return np.einsum("...hd,hdc->...hc", z, output_weights(c_proj, n_head))
+
+
+def dla_heads(params, hparams, ids, answer, wrong):
+    """Direct logit attribution by head: each head's z @ W_O[h] at the last position, scaled and read as
+    dla_components reads a component (TransformerLens's stack_head_results with fold_value_biases=False).
+    ids [B, T], answer, wrong [B] -> (labels ["L0H0", "L0H1", ...], [L · H])"""
+    ids, answer, wrong = answers(ids, answer, wrong, params)
+    L, H = hparams["n_layer"], hparams["n_head"]
+    z = [f"blocks.{i}.attn.hook_z" for i in range(L)]
+    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, z)
+    results = [head_results(cache[z[i]], params["blocks"][i]["attn"]["c_proj"], H) for i in range(L)]  # [B, H, C]
+    values = [dla_component(results[i][:, h], scale, direction).mean() for i in range(L) for h in range(H)]
+    return [f"L{i}H{h}" for i in range(L) for h in range(H)], np.array(values, np.float32)
+
+
+# ============================================================================
+# 4. Attribution patching
+# ============================================================================
+# Patching one activation a moves the metric by about (a_clean - a_corrupted) · ∂metric/∂a, the
+# gradient taken on the corrupted run: one backward pass estimates every cell of a patching sweep
+# (Nanda, 2023). backward.py gives the gradient of each activation, the mirror of its forward hooks.
+
+def logit_difference_grad(ids_shape, n_vocab, answer, wrong):
+    """∂ logit_difference / ∂ logits: +1/B at [b, -1, answer[b]], -1/B at [b, -1, wrong[b]], 0 elsewhere.
+    -> [B, T, V]"""
+    B, T = ids_shape
+    d = np.zeros((B, T, n_vocab), np.float32)
+    d[np.arange(B), -1, answer] += 1.0 / B
+    d[np.arange(B), -1, wrong] -= 1.0 / B
+    return d
+
+
+def gradients(ids, params, hparams, dlogits, names):
+    """∂metric/∂a for the activations `names` (TransformerLens's names and layouts), from backward.py,
+    given ∂metric/∂logits [B, T, V]: the backward pass's mirror of run_with_cache. -> {name: [B, ...]}"""
+    grads = {}
+
+    def keep(name, d):
+        tl = transformer_lens_name(name)
+        if tl in names:
+            grads[tl] = shown(name, d)
+        return d
+
+    activation_grads(np.atleast_2d(ids), params, hparams, dlogits, keep)
+    return grads
+
+
+def attribution(params, hparams, clean_ids, corrupted_ids, answer, wrong, site):
+    """Attribution patching: at each activation a, (a_clean - a_corrupted) · ∂metric/∂a, the gradient on
+    the corrupted run, summed over a's last axis (and over the pairs, whose mean the metric is).
+    site: resid_pre, attn_out, mlp_out -> [L, T]; head (z) -> [L, T, H]. TransformerLens's attribution_patch
+    node scores (head, mlp_out), or its forward and backward hooks."""
+    if site not in ATTRIBUTED:
+        raise UserError(f"no site {site!r} for attribution: choose from {', '.join(ATTRIBUTED)}", arg="site")
+    clean_ids, corrupted_ids, answer, wrong = pairs(clean_ids, corrupted_ids, answer, wrong, params)
+    names = [f"blocks.{i}.{SITES[site]}" for i in range(hparams["n_layer"])]
+    _, clean = run_with_cache(clean_ids, params, hparams, names=names)
+    _, corrupted = run_with_cache(corrupted_ids, params, hparams, names=names)
+    dlogits = logit_difference_grad(corrupted_ids.shape, params["wte"].shape[0], answer, wrong)
+    grads = gradients(corrupted_ids, params, hparams, dlogits, names)
+    return np.stack([((clean[n] - corrupted[n]) * grads[n]).sum(-1).sum(0) for n in names])
+
+
+# ============================================================================
+# 5. Direct path patching
+# ============================================================================
+
+def path_hook(resid, delta, block, head, component, hparams):
+    """A hook for blocks.l.attn.hook_q (or _k, _v) that gives head `head` the q (k, v) it would make if the
+    residual stream it reads held delta more: c_attn's slice for that head on ln_1(resid + delta).
+    resid, delta [B, T, C] (the run's residual stream into block l; the source head's change)."""
+    C, H = hparams["n_embd"], hparams["n_head"]
+    D = C // H
+    cols = slice(COMPONENTS.index(component) * C + head * D, COMPONENTS.index(component) * C + (head + 1) * D)
+    x = layer_norm(resid + delta, **block["ln_1"], eps=layer_norm_eps(hparams))
+    new = linear(x, block["attn"]["c_attn"]["w"][:, cols], block["attn"]["c_attn"]["b"][cols])  # [B, T, D]
+
+    def hook(act, name):  # act [B, T, H, D]
+        act = act.copy()
+        act[:, :, head] = new
+        return act
+
+    return hook
+
+
+def path_patch(params, hparams, clean_ids, corrupted_ids, answer, wrong, source, component, fast=True):
+    """Direct path patching (TransformerLens 4.3.0's get_act_patch_direct_path): head (L, H)'s change,
+    (z_clean - z_corrupted) @ W_O[H], added at every position to the input of each later head's query,
+    key or value (component) and to nothing else; the metric of each such run.
+    source (layer, head) -> [L, H], 0 for the layers up to the source's."""
+    if component not in COMPONENTS:
+        raise UserError(f"no component {component!r}: choose from q, k, v", arg="component")
+    clean_ids, corrupted_ids, answer, wrong = pairs(clean_ids, corrupted_ids, answer, wrong, params)
+    L, H = hparams["n_layer"], hparams["n_head"]
+    layer, head = source
+    if not (0 <= layer < L and 0 <= head < H):
+        raise UserError(f"must be a head of the model, layer 0..{L - 1} and head 0..{H - 1}, got {layer}.{head}",
+                        arg="source")
+    z_name = f"blocks.{layer}.attn.hook_z"
+    resid = [f"blocks.{i}.hook_resid_pre" for i in range(layer + 1, L)]
+    _, clean = run_with_cache(clean_ids, params, hparams, names=[z_name])
+    _, corrupted = run_with_cache(corrupted_ids, params, hparams, names=[z_name] + resid)
+    W_O = output_weights(params["blocks"][layer]["attn"]["c_proj"], H)[head]  # [D, C]
+    delta = (clean[z_name][:, :, head] - corrupted[z_name][:, :, head]) @ W_O  # [B, T, C]
+    cells = [(i, {f"blocks.{i}.attn.hook_{component}": path_hook(corrupted[f"blocks.{i}.hook_resid_pre"], delta,
+                                                                  params["blocks"][i], h, component, hparams)})
+             for i in range(layer + 1, L) for h in range(H)]
+    out = np.zeros((L, H), np.float32)
+    run = run_patched_fast if fast else run_patched
+    if cells:
+        out[layer + 1:] = np.reshape(run(params, hparams, corrupted_ids, cells, answer, wrong), (L - layer - 1, H))
+    return out
+
+
+# ============================================================================
+# 6. Head detectors
+# ============================================================================
+
+def detection_pattern(tokens, pattern):
+    """Where a head of this kind would attend, as TransformerLens's detect_head defines it: 1 at
+    (query i, key j), 0 elsewhere, lower triangular.   tokens [T] -> [T, T]
+    previous: j = i - 1;  duplicate: j < i holds the same token as i;  induction: j - 1 is such a duplicate
+    (the token after an earlier occurrence of i's token)."""
+    tokens = np.asarray(tokens)
+    T = len(tokens)
+    if pattern == "previous":
+        return np.eye(T, k=-1, dtype=np.float32)
+    duplicate = np.tril(tokens[:, None] == tokens[None, :], k=-1).astype(np.float32)
+    if pattern == "duplicate":
+        return duplicate
+    if pattern == "induction":
+        induction = np.zeros_like(duplicate)
+        induction[:, 1:] = duplicate[:, :-1]
+        return np.tril(induction)
+    raise UserError(f"no pattern {pattern!r}: choose from {', '.join(PATTERNS)}", arg="pattern")
+
+
+def head_scores(params, hparams, ids, pattern):
+    """Each head's detection score (TransformerLens's detect_head, error_measure="mul"): the share of its
+    attention on the detection pattern, Σ (attention ⊙ detection) / Σ attention (= / T, each row summing
+    to 1), over every row. ids [T], one text -> [L, H]. (look_inside's induction_scores and
+    previous_token_scores average over the rows that have a target instead.)"""
+    ids = np.asarray(ids)
+    detection = detection_pattern(ids, pattern)
+    names = [f"blocks.{i}.attn.hook_pattern" for i in range(hparams["n_layer"])]
+    _, cache = run_with_cache(ids[None], params, hparams, names=names)
+    weights = np.stack([cache[n][0] for n in names])  # [L, H, T, T]
+    return ((weights * detection).sum((-1, -2)) / weights.sum((-1, -2))).astype(np.float32)
+
+
+def repeated_random_tokens(n, n_vocab, eot, seed=None):
+    """<|endoftext|>, then n random ids (any but <|endoftext|>), then the same n again: the text on which an
+    induction head shows itself, since every token of the second half was seen before.   -> [2n + 1]"""
+    half = np.random.default_rng(seed).integers(0, n_vocab - 1, n)
+    half = half + (half >= eot)
+    return np.concatenate([[eot], half, half]).astype(np.int64)
+
+
+if __name__ == "__main__":
+    sys.modules.setdefault("circuits", sys.modules["__main__"])  # circuits_cli imports this file: run it once
+    from interface import circuits_cli  # the command line (flags, tables, pages): this file is the experiments
+
+    sys.exit(circuits_cli.main())

@@ -1,0 +1,324 @@
+"""The command line of circuits.py: each experiment's flags, its table, its JSON and its page.
+
+    python circuits.py logit-diff  --clean T --answer A --wrong B
+    python circuits.py patch       --clean T --corrupted U --answer A --wrong B --site SITE [--all-positions]
+                                   [--normalized]
+    python circuits.py dla         --clean T --answer A --wrong B [--by component|head]
+    python circuits.py attribution --clean T --corrupted U --answer A --wrong B --site SITE
+    python circuits.py path        --clean T --corrupted U --answer A --wrong B --source L.H --component q|k|v
+    python circuits.py heads       --text T|random:N --pattern previous|duplicate|induction [--seed S]
+
+Every command takes --model, --models-dir and --base-url, --json (one object on stdout) and --html FILE
+(the result as a heatmap, interface/circuits_page.py). Each text is read after <|endoftext|>; the answers
+are one token each. Exit status: 0 done, 2 a user's mistake (one line on stderr, written before any work
+where it can be), 130 interrupted; nothing is written unless the command ends well.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+import circuits
+from interface import loading
+from interface.options import model_flags, user_message
+from plumbing.errors import UserError, exit_status, fail
+
+RANDOM = "random:"  # --text random:N: N random ids said twice
+
+
+def pair_flags(p, corrupted=True):
+    p.add_argument("--clean", required=True, metavar="TEXT", help="the prompt that gives the right answer")
+    if corrupted:
+        p.add_argument("--corrupted", required=True, metavar="TEXT",
+                       help="the prompt that does not: as many tokens as --clean, differing where the experiment asks")
+    p.add_argument("--answer", required=True, metavar="TOKEN", help="the right answer, one token (e.g. ' Mary')")
+    p.add_argument("--wrong", required=True, metavar="TOKEN", help="the wrong answer, one token (e.g. ' John')")
+
+
+def patch_flags(p):
+    pair_flags(p)
+    p.add_argument("--site", default="resid_pre", choices=list(circuits.SITES),
+                   help="what one patched run replaces: a layer's resid_pre, resid_mid, attn_out or mlp_out at one "
+                        "position; one head's z at one position (head); one head's q, k, v or pattern at every "
+                        "position (default resid_pre)")
+    p.add_argument("--all-positions", action="store_true", help="with --site head: a head's z at every position")
+    p.add_argument("--normalized", action="store_true", help="(value - corrupted) / (clean - corrupted): 1 is the "
+                                                             "whole clean answer back")
+
+
+def dla_flags(p):
+    pair_flags(p, corrupted=False)
+    p.add_argument("--by", default="component", choices=("component", "head"),
+                   help="the embeddings and each layer's attention and MLP (default), or each head")
+
+
+def attribution_flags(p):
+    pair_flags(p)
+    p.add_argument("--site", default="resid_pre", choices=circuits.ATTRIBUTED,
+                   help="resid_pre, attn_out or mlp_out at each position of each layer, or head: each head's z "
+                        "(default resid_pre)")
+
+
+def path_flags(p):
+    pair_flags(p)
+    p.add_argument("--source", required=True, type=source_head, metavar="L.H", help="the head whose change is patched "
+                                                                                   "in, e.g. 9.9")
+    p.add_argument("--component", default="q", choices=circuits.COMPONENTS,
+                   help="which input of each later head receives it (default q)")
+
+
+def heads_flags(p):
+    p.add_argument("--text", required=True, help=f"the text to read, or {RANDOM}N: N random ids said twice "
+                                                 "after <|endoftext|> (for induction heads)")
+    p.add_argument("--pattern", required=True, choices=circuits.PATTERNS, help="the kind of head to look for")
+    p.add_argument("--seed", type=int, default=0, help=f"the seed of {RANDOM}N's ids (default 0)")
+
+
+COMMANDS = {  # name: (what it does, its flags)
+    "logit-diff": ("the metric: logits[-1, answer] - logits[-1, wrong]", lambda p: pair_flags(p, corrupted=False)),
+    "patch": ("activation patching: the corrupted run with one activation the clean run's", patch_flags),
+    "dla": ("direct logit attribution: each part's share of the logit difference", dla_flags),
+    "attribution": ("attribution patching: each patch's first-order estimate, from one backward pass",
+                    attribution_flags),
+    "path": ("direct path patching: one head's change into one later head's q, k or v alone", path_flags),
+    "heads": ("head detectors: each head's share of attention on a pattern", heads_flags),
+}
+
+
+def source_head(text):
+    """--source L.H as (layer, head); checked against the model once it is loaded."""
+    layer, dot, head = text.partition(".")
+    if not (dot and layer.isdigit() and head.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a head: give LAYER.HEAD, e.g. 9.9")
+    return int(layer), int(head)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="circuits.py", allow_abbrev=False,
+                                description="Find the circuit behind a behaviour: TransformerLens's experiments on "
+                                            "GPT-2, in NumPy (docs/circuits.md).")
+    commands = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (text, add_flags) in COMMANDS.items():
+        sub = commands.add_parser(name, help=text, description=text, allow_abbrev=False)
+        add_flags(sub)
+        model_flags(sub)
+        sub.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        sub.add_argument("--html", metavar="FILE", help="also write the result as a heatmap, one self-contained page")
+        sub.add_argument("--quiet", action="store_true", help="no progress bars while a model downloads")
+        sub.error = fail
+    p.error = fail
+    args = p.parse_args(argv)
+    for flag in ("clean", "corrupted", "text"):
+        if getattr(args, flag, None) == "":
+            fail(f"--{flag} is empty: give a text")
+    if getattr(args, "all_positions", False) and args.site != "head":
+        fail(f"--all-positions goes with --site head (--site {args.site} patches one cell at a time as it is)")
+    if args.html:
+        folder = os.path.dirname(os.path.abspath(args.html))
+        if not os.path.isdir(folder):
+            fail(f"{args.html}: its folder {folder} does not exist")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    return exit_status(lambda: run(args), user_message)
+
+
+def run(args):
+    encoder, hparams, params = loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    outcome = EXPERIMENTS[args.command](args, encoder, params, hparams)
+    if args.html:
+        from interface import circuits_page  # only --html needs it
+
+        title = f"{args.command} on {os.path.basename(os.path.normpath(args.model))}"  # a size, or the folder's name
+        size = circuits_page.write_page(args.html, title, outcome["what"], outcome["tokens"], *outcome["panel"])
+        print(f"{args.html}: {size:,} bytes", file=sys.stderr)
+    print(json.dumps(outcome["json"]) if args.json else "\n".join(table(outcome)))
+
+
+# ----------------------------------------------------------------------------
+# Texts and tokens
+# ----------------------------------------------------------------------------
+
+def prompt_ids(encoder, text, flag, hparams):
+    """A text's ids after <|endoftext|>, as TransformerLens's to_tokens gives them."""
+    if encoder.eot is None:
+        raise UserError("this vocabulary has no <|endoftext|> to read a text after")
+    ids = [encoder.eot] + encoder.encode(text)
+    if len(ids) > hparams["n_ctx"]:
+        raise UserError(f"{flag} is {len(ids)} tokens with <|endoftext|>; the model reads at most {hparams['n_ctx']}")
+    return ids
+
+
+def one_token(encoder, text, flag):
+    """An answer's id: the text must be one token."""
+    ids = encoder.encode(text)
+    if len(ids) != 1:
+        how = "no token" if not ids else f"{len(ids)} tokens ({', '.join(repr(encoder.decode([i])) for i in ids)})"
+        raise UserError(f"{flag} {text!r} is {how}: an answer must be one token")
+    return ids[0]
+
+
+def pair(args, encoder, hparams):
+    """(clean [1, T], corrupted [1, T] or None, answer, wrong) from the flags."""
+    clean = prompt_ids(encoder, args.clean, "--clean", hparams)
+    corrupted = getattr(args, "corrupted", None)
+    if corrupted is not None:
+        corrupted = prompt_ids(encoder, corrupted, "--corrupted", hparams)
+        if len(corrupted) != len(clean):
+            raise UserError(f"--clean is {len(clean)} tokens and --corrupted {len(corrupted)}: a pair must be one "
+                            "length, so that its positions line up")
+        corrupted = np.array([corrupted])
+    return np.array([clean]), corrupted, one_token(encoder, args.answer, "--answer"), \
+        one_token(encoder, args.wrong, "--wrong")
+
+
+def token_texts(encoder, ids):
+    return [encoder.decode([int(i)]) for i in ids]
+
+
+def shown(text, width=10):
+    """A token for a table's column: control characters escaped, cut short."""
+    text = repr(text)[1:-1]
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def grid(values, rows, columns, width=10):
+    """A table: one row a label, one column a label, values to 3 decimals."""
+    lines = [" " * 8 + "".join(f"{shown(c, width - 1):>{width}}" for c in columns)]
+    lines += [f"{r:<8}" + "".join(f"{v:>{width}.3f}" for v in row) for r, row in zip(rows, values)]
+    return lines
+
+
+def layer_labels(hparams):
+    return [f"layer {i}" for i in range(hparams["n_layer"])]
+
+
+def head_labels(hparams):
+    return [f"H{h}" for h in range(hparams["n_head"])]
+
+
+# ----------------------------------------------------------------------------
+# The experiments: each -> result(...)
+# ----------------------------------------------------------------------------
+
+def result(tokens, values, what, panel, header=(), footer=(), **json_keys):
+    """What an experiment shows: the JSON object ("tokens", its metrics, "values", ...), and for the table and
+    the page one line saying what the values are, the heatmap's panel (rows, columns, values, the value
+    shown white), lines before it (the metrics) and after it."""
+    return {"json": {"tokens": tokens, **json_keys, "values": values}, "what": what, "panel": panel,
+            "header": list(header), "footer": list(footer), "tokens": tokens}
+
+
+def table(outcome):
+    """The lines the command prints without --json."""
+    rows, columns, values, _ = outcome["panel"]
+    return outcome["header"] + [outcome["what"] + ":"] + grid(values, rows, columns) + outcome["footer"]
+
+
+def metrics_line(clean_metric, corrupted_metric):
+    return f"the metric (the logit difference): clean {clean_metric:.4f}, corrupted {corrupted_metric:.4f}"
+
+
+def run_logit_diff(args, encoder, params, hparams):
+    clean, _, answer, wrong = pair(args, encoder, hparams)
+    value = circuits.metric(params, hparams, clean, answer, wrong)
+    tokens = token_texts(encoder, clean[0])
+    return result(tokens, value, f"logit difference {args.answer!r} - {args.wrong!r} at the last position",
+                  (["clean"], ["metric"], [[value]], 0.0), clean=value)
+
+
+def sweep_table(values, tokens, hparams, by_position):
+    """A patching or attribution result as a table: (rows, columns, values [rows, columns])."""
+    if values.ndim == 3:  # [L, T, H]: a row a head
+        rows = [f"L{i}H{h}" for i in range(hparams["n_layer"]) for h in range(hparams["n_head"])]
+        return rows, tokens, values.transpose(0, 2, 1).reshape(len(rows), -1).tolist()
+    return layer_labels(hparams), tokens if by_position else head_labels(hparams), values.tolist()
+
+
+def run_patch(args, encoder, params, hparams):
+    clean, corrupted, answer, wrong = pair(args, encoder, hparams)
+    clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong)
+    values = circuits.patch(params, hparams, clean, corrupted, answer, wrong, args.site, args.all_positions)
+    center, what = corrupted_metric, "the patched run's metric"
+    if args.normalized:
+        if clean_metric == corrupted_metric:
+            raise UserError(f"the clean and corrupted prompts give the same metric, {clean_metric:.6g}: --normalized "
+                            "would divide by 0")
+        values, center = circuits.normalized(values, clean_metric, corrupted_metric), 0.0
+        what = "normalized: 0 nothing back, 1 the whole clean answer"
+    tokens = token_texts(encoder, clean[0])
+    where = f"patching {args.site}" + (" at every position" if args.all_positions else "")
+    return result(tokens, values.tolist(), f"{where} ({what})",
+                  sweep_table(values, tokens, hparams, args.site in circuits.BY_POSITION) + (center,),
+                  [metrics_line(clean_metric, corrupted_metric)], clean=clean_metric, corrupted=corrupted_metric)
+
+
+def run_dla(args, encoder, params, hparams):
+    clean, _, answer, wrong = pair(args, encoder, hparams)
+    tokens = token_texts(encoder, clean[0])
+    clean_metric = circuits.metric(params, hparams, clean, answer, wrong)
+    header = [f"the logit difference {args.answer!r} - {args.wrong!r}: {clean_metric:.4f}"]
+    if args.by == "head":
+        labels, values = circuits.dla_heads(params, hparams, clean, answer, wrong)
+        panel = (layer_labels(hparams), head_labels(hparams),
+                 values.reshape(hparams["n_layer"], hparams["n_head"]).tolist(), 0.0)
+        return result(tokens, values.tolist(), "each head's share of it (z @ W_O at the last position)", panel,
+                      header, clean=clean_metric, labels=labels)
+    labels, values = circuits.dla_components(params, hparams, clean, answer, wrong)
+    total = float(values.sum())
+    return result(tokens, values.tolist(), "each part's share of it, at the last position",
+                  (labels, ["share"], [[v] for v in values.tolist()], 0.0), header,
+                  [f"total {total:.4f}; the rest, {clean_metric - total:.4f}, is ln_f's bias term"],
+                  clean=clean_metric, labels=labels, total=total)
+
+
+def run_attribution(args, encoder, params, hparams):
+    clean, corrupted, answer, wrong = pair(args, encoder, hparams)
+    clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong)
+    values = circuits.attribution(params, hparams, clean, corrupted, answer, wrong, args.site)
+    tokens = token_texts(encoder, clean[0])
+    return result(tokens, values.tolist(), f"attribution patching {args.site} (the estimated change of the metric)",
+                  sweep_table(values, tokens, hparams, by_position=True) + (0.0,),
+                  [metrics_line(clean_metric, corrupted_metric)], clean=clean_metric, corrupted=corrupted_metric)
+
+
+def run_path(args, encoder, params, hparams):
+    clean, corrupted, answer, wrong = pair(args, encoder, hparams)
+    clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong)
+    values = circuits.path_patch(params, hparams, clean, corrupted, answer, wrong, args.source, args.component)
+    layer, head = args.source
+    return result(token_texts(encoder, clean[0]), values.tolist(),
+                  f"head {layer}.{head}'s change into each later head's {args.component} alone (the metric; 0 up to "
+                  f"layer {layer})", (layer_labels(hparams), head_labels(hparams), values.tolist(), corrupted_metric),
+                  [metrics_line(clean_metric, corrupted_metric)], clean=clean_metric, corrupted=corrupted_metric)
+
+
+def heads_text(args, encoder, hparams):
+    """--text's ids: the text after <|endoftext|>, or random:N."""
+    if not args.text.startswith(RANDOM):
+        return prompt_ids(encoder, args.text, "--text", hparams)
+    n = args.text[len(RANDOM):]
+    if not n.isdigit() or int(n) < 1:
+        raise UserError(f"--text {args.text}: give {RANDOM}N, N a whole number >= 1")
+    if 2 * int(n) + 1 > hparams["n_ctx"]:
+        raise UserError(f"--text {args.text} is {2 * int(n) + 1} tokens; the model reads at most {hparams['n_ctx']}, "
+                        f"so N is at most {(hparams['n_ctx'] - 1) // 2}")
+    if encoder.eot is None:
+        raise UserError("this vocabulary has no <|endoftext|> to start the random ids from")
+    return circuits.repeated_random_tokens(int(n), hparams["n_vocab"], encoder.eot, args.seed).tolist()
+
+
+def run_heads(args, encoder, params, hparams):
+    ids = heads_text(args, encoder, hparams)
+    values = circuits.head_scores(params, hparams, ids, args.pattern)
+    return result(token_texts(encoder, ids), values.tolist(),
+                  f"{args.pattern} heads: each head's share of its attention on the pattern, over {len(ids)} tokens",
+                  (layer_labels(hparams), head_labels(hparams), values.tolist(), 0.0))
+
+
+EXPERIMENTS = {"logit-diff": run_logit_diff, "patch": run_patch, "dla": run_dla, "attribution": run_attribution,
+               "path": run_path, "heads": run_heads}

@@ -1,0 +1,565 @@
+"""circuits.py: each experiment against a reference written here (a hook written out by hand, finite
+differences for the gradients), and against TransformerLens 4.3.0 itself (tests/data/circuits_golden.npz,
+made by tests/data/make_circuits_golden.py on tests/data/hf/tiny and inner and on circuits_model, a model
+trained by train.py)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import DATA, ROOT, as_float64
+import backward
+import circuits
+import gpt2_numpy as g
+import look_inside as li
+from plumbing import hf_model
+from plumbing.checkpoint import load_checkpoint
+
+GOLDEN = np.load(os.path.join(DATA, "circuits_golden.npz"))
+CASES = ("ioi", "inner", "trained")
+
+
+@pytest.fixture(scope="module")
+def models():
+    """{case: (hparams, params)}: the models the golden was made on."""
+    return {"ioi": hf_model.load_hf_folder(os.path.join(DATA, "hf", "tiny"))[:2],
+            "inner": hf_model.load_hf_folder(os.path.join(DATA, "hf", "inner"))[:2],
+            "trained": load_checkpoint(os.path.join(DATA, "circuits_model"))}
+
+
+def gold(case, name):
+    return GOLDEN[f"{case}/{name}"]
+
+
+def experiment(models, case):
+    """(params, hparams, clean, corrupted, answer, wrong): the arguments every experiment takes."""
+    hp, params = models[case]
+    return params, hp, gold(case, "clean"), gold(case, "corrupted"), gold(case, "answer"), gold(case, "wrong")
+
+
+def assert_close(ours, theirs, what, rel=1e-5):
+    """Within rel of the largest value, as the issue asks of TransformerLens's numbers."""
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    assert ours.shape == theirs.shape, f"{what}: shape {ours.shape}, TransformerLens's {theirs.shape}"
+    worst = np.abs(ours - theirs).max()
+    assert worst <= rel * np.abs(theirs).max(), f"{what}: {worst:.3g} from TransformerLens's (largest " \
+                                                f"{np.abs(theirs).max():.3g})"
+
+
+# --- 1. the metric ---------------------------------------------------------------------------
+
+def test_the_logit_difference_is_the_answers_logit_less_the_wrong_ones_averaged_over_the_pairs():
+    logits = np.zeros((2, 3, 5), np.float32)
+    logits[0, -1, [1, 4]] = 3.0, 1.0  # pair 0: answer 1, wrong 4 -> 2
+    logits[1, -1, [2, 0]] = -1.0, 5.0  # pair 1: answer 2, wrong 0 -> -6
+    logits[:, 0] = 100.0  # only the last position counts
+    assert circuits.logit_difference(logits, np.array([1, 2]), np.array([4, 0])) == pytest.approx(-2.0)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_metric_of_each_run_is_transformer_lenss(models, case):
+    clean, corrupted = circuits.metrics(*experiment(models, case))
+    assert clean == pytest.approx(float(gold(case, "metric_clean")), abs=1e-5 * abs(float(gold(case, "metric_clean"))))
+    assert corrupted == pytest.approx(float(gold(case, "metric_corrupted")),
+                                      abs=1e-5 * abs(float(gold(case, "metric_clean"))))
+
+
+def test_normalized_is_zero_at_the_corrupted_run_and_one_at_the_clean():
+    np.testing.assert_allclose(circuits.normalized([0.5, 2.5, 1.5], clean=2.5, corrupted=0.5), [0.0, 1.0, 0.5])
+
+
+# --- 2. activation patching ---------------------------------------------------------------------
+
+def test_a_patch_hook_replaces_one_cell_with_the_clean_runs_and_leaves_the_rest():
+    clean, corrupted = np.arange(24.0).reshape(2, 3, 4), -np.ones((2, 3, 4))
+    out = circuits.patch_hook(clean, (slice(None), 1))(corrupted, "blocks.0.hook_resid_pre")
+    np.testing.assert_array_equal(out[:, 1], clean[:, 1])
+    np.testing.assert_array_equal(np.delete(out, 1, axis=1), -1.0)
+    np.testing.assert_array_equal(corrupted, -1.0)  # a copy: the run's own activation is not changed
+
+
+def test_one_cell_is_the_corrupted_run_with_that_activation_replaced_by_hand(models):
+    """The reference written out: one hook, one run, for a cell of each kind of site."""
+    params, hp, clean, corrupted, answer, wrong = experiment(models, "inner")
+    _, cache = li.run_with_cache(clean, params, hp)
+
+    def by_hand(name, part):
+        def hook(act, _):
+            act = act.copy()
+            act[part] = cache[name][part]
+            return act
+        return circuits.logit_difference(li.run_with_hooks(corrupted, params, hp, {name: hook}), answer, wrong)
+
+    cells = [("resid_pre", False, (1, 5), "blocks.1.hook_resid_pre", np.s_[:, 5]),
+             ("mlp_out", False, (2, 2), "blocks.2.hook_mlp_out", np.s_[:, 2]),
+             ("head", False, (0, 5, 1), "blocks.0.attn.hook_z", np.s_[:, 5, 1]),
+             ("head", True, (1, 2), "blocks.1.attn.hook_z", np.s_[:, :, 2]),
+             ("k", False, (1, 0), "blocks.1.attn.hook_k", np.s_[:, :, 0]),
+             ("pattern", False, (2, 1), "blocks.2.attn.hook_pattern", np.s_[:, 1])]
+    for site, all_positions, cell, name, part in cells:
+        for fast in (True, False):
+            got = circuits.patch(params, hp, clean, corrupted, answer, wrong, site, all_positions, fast=fast)[cell]
+            assert got == pytest.approx(by_hand(name, part), abs=1e-5), (site, cell, fast)
+
+
+def test_resid_mid_is_the_residual_stream_itself(models):
+    """resid_mid = resid_pre + attn_out: patching it is patching attn_out to make it so (and the MLP and
+    the skip connection both see it)."""
+    params, hp, clean, corrupted, answer, wrong = experiment(models, "inner")
+    _, c = li.run_with_cache(clean, params, hp)
+    _, k = li.run_with_cache(corrupted, params, hp)
+
+    def hook(act, _):
+        act = act.copy()
+        act[:, 4] = c["blocks.1.hook_resid_mid"][:, 4] - k["blocks.1.hook_resid_pre"][:, 4]
+        return act
+
+    want = circuits.logit_difference(li.run_with_hooks(corrupted, params, hp, {"blocks.1.hook_attn_out": hook}),
+                                     answer, wrong)
+    assert circuits.patch(params, hp, clean, corrupted, answer, wrong, "resid_mid")[1, 4] == pytest.approx(want,
+                                                                                                          abs=1e-5)
+
+
+PATCHED = [(site, False) for site in circuits.SITES] + [("head", True)]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("site, all_positions", PATCHED)
+def test_every_patching_sweep_is_transformer_lenss(models, case, site, all_positions):
+    ours = circuits.patch(*experiment(models, case), site, all_positions)
+    assert_close(ours, gold(case, "patch/head_all" if all_positions else f"patch/{site}"), f"{case} {site}")
+
+
+def test_transformer_lens_4_3s_resid_mid_patch_reaches_the_mlps_input_alone(models):
+    """Why the golden's resid_mid is made with a hook of its own: TL 4.3.0's bridge names ln2's input
+    hook_resid_mid, so get_act_patch_resid_mid changes what the MLP reads, not the residual stream."""
+    params, hp, clean, corrupted, answer, wrong = experiment(models, "inner")
+    _, c = li.run_with_cache(clean, params, hp)
+    L, T = hp["n_layer"], clean.shape[1]
+    ours = np.zeros((L, T))
+    for i in range(L):
+        for p in range(T):
+            def mlp_input(act, _, i=i, p=p):
+                act = act.copy()
+                act[:, p] = g.layer_norm(c[f"blocks.{i}.hook_resid_mid"][:, p], **params["blocks"][i]["ln_2"],
+                                         eps=g.layer_norm_eps(hp))
+                return act
+            ours[i, p] = circuits.logit_difference(
+                li.run_with_hooks(corrupted, params, hp, {f"blocks.{i}.ln2.hook_normalized": mlp_input}), answer, wrong)
+    assert_close(ours, gold("inner", "patch/resid_mid_ln2"), "TL's resid_mid")
+    assert np.abs(ours - gold("inner", "patch/resid_mid")).max() > 0.01  # and that is another experiment
+
+
+def test_the_fast_sweep_is_the_plain_one_also_in_chunks(models, monkeypatch):
+    args = experiment(models, "trained")
+    plain = circuits.patch(*args, "head", fast=False)
+    np.testing.assert_allclose(circuits.patch(*args, "head"), plain, rtol=0, atol=1e-5)
+    monkeypatch.setattr(circuits, "ROWS", 100)  # a batch of a few copies at a time
+    np.testing.assert_allclose(circuits.patch(*args, "head"), plain, rtol=0, atol=1e-5)
+
+
+def test_patching_the_one_position_where_the_prompts_differ_brings_the_whole_answer_back(models):
+    params, hp, clean, corrupted, answer, wrong = experiment(models, "ioi")
+    differs = np.flatnonzero((clean != corrupted).any(0))
+    assert len(differs) == 1  # the second name: "John gave" against "Mary gave"
+    values = circuits.patch(params, hp, clean, corrupted, answer, wrong, "resid_pre")
+    clean_metric, corrupted_metric = circuits.metrics(params, hp, clean, corrupted, answer, wrong)
+    np.testing.assert_allclose(circuits.normalized(values[0], clean_metric, corrupted_metric)[differs], 1.0, atol=1e-5)
+    np.testing.assert_allclose(np.delete(values[0], differs), corrupted_metric, atol=1e-5)  # the same token: no change
+
+
+# --- 3. direct logit attribution ------------------------------------------------------------------
+
+def test_one_components_share_is_its_centred_value_over_lnfs_scale_along_the_direction():
+    rng = np.random.default_rng(0)
+    c, direction, scale = rng.standard_normal((2, 6)), rng.standard_normal((2, 6)), np.array([[2.0], [0.5]])
+    want = [sum((c[b, i] - c[b].mean()) / scale[b, 0] * direction[b, i] for i in range(6)) for b in range(2)]
+    np.testing.assert_allclose(circuits.dla_component(c, scale, direction), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_direct_logit_attribution_is_transformer_lenss(models, case):
+    params, hp, clean, _, answer, wrong = experiment(models, case)
+    labels, values = circuits.dla_components(params, hp, clean, answer, wrong)
+    assert labels == gold(case, "dla/labels").tolist()
+    assert_close(values, gold(case, "dla/components"), f"{case} by component")
+    labels, values = circuits.dla_heads(params, hp, clean, answer, wrong)
+    assert labels == [f"L{i}H{h}" for i in range(hp["n_layer"]) for h in range(hp["n_head"])]
+    assert_close(values, gold(case, "dla/heads"), f"{case} by head")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_components_add_up_to_the_logit_difference_but_ln_fs_bias_term(models, case):
+    params, hp, clean, _, answer, wrong = experiment(models, case)
+    _, values = circuits.dla_components(params, hp, clean, answer, wrong)
+    metric = circuits.logit_difference(g.gpt2(clean, params, hp), answer, wrong)
+    bias_term = (params["ln_f"]["b"] * (params["wte"][answer] - params["wte"][wrong])).sum(-1).mean()
+    assert values.sum() == pytest.approx(metric - bias_term, abs=1e-5 * max(1.0, abs(metric)))
+
+
+def test_the_heads_results_and_c_projs_bias_are_the_attention_output(models):
+    params, hp, clean, _, _, _ = experiment(models, "trained")
+    _, cache = li.run_with_cache(clean, params, hp)
+    c_proj = params["blocks"][1]["attn"]["c_proj"]
+    results = circuits.head_results(cache["blocks.1.attn.hook_z"], c_proj, hp["n_head"])  # [B, T, H, C]
+    np.testing.assert_allclose(results.sum(-2) + c_proj["b"], cache["blocks.1.hook_attn_out"], atol=1e-5)
+
+
+# --- 4. attribution patching, and the gradients it reads --------------------------------------------
+
+def gradient_names(case, n_layer):
+    """The activations whose gradients the golden holds, by TransformerLens's names."""
+    return [k.split("/", 2)[2] for k in GOLDEN.files if k.startswith(f"{case}/grad/") and not k.endswith("hook_out")]
+
+
+def torch_gradient(case, name):
+    """TL's gradient at what our activation `name` is: the bridge calls the layer norms' output ln1.hook_out
+    (its hook_normalized is before the gain), names ln2's input hook_resid_mid (the residual stream's gradient
+    adds the skip connection's, hook_resid_post's), and gives hook_pos_embed one copy a pair (ours is shared)."""
+    if name.endswith("hook_normalized"):
+        return gold(case, f"grad/{name.replace('hook_normalized', 'hook_out')}")
+    if name.endswith("hook_resid_mid"):
+        return gold(case, f"grad/{name}") + gold(case, f"grad/{name.replace('mid', 'post')}")
+    if name == "hook_pos_embed":
+        return gold(case, f"grad/{name}").sum(0, keepdims=True)
+    return gold(case, f"grad/{name}")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_activations_gradient_is_torchs(models, case):
+    params, hp, _, corrupted, answer, wrong = experiment(models, case)
+    names = gradient_names(case, hp["n_layer"])
+    dlogits = circuits.logit_difference_grad(corrupted.shape, params["wte"].shape[0], answer, wrong)
+    ours = circuits.gradients(corrupted, params, hp, dlogits, names)
+    assert sorted(ours) == sorted(names)
+    for name in names:
+        want = torch_gradient(case, name)
+        if name.endswith("hook_attn_scores"):  # torch's is 0 where the mask is; so is ours
+            want = np.where(np.isfinite(want), want, 0.0)
+        assert_close(ours[name], want, f"{case} d metric / d {name}")
+
+
+def test_every_activations_gradient_by_finite_differences(models):
+    """backward.activation_grads in float64 against the metric moved by a nudge at one element of each
+    activation (a raw model hook), for every activation the forward passes through its hook."""
+    hp, params = models["inner"]
+    params = as_float64(params)
+    ids, answer, wrong = gold("inner", "corrupted")[:, :5], gold("inner", "answer"), gold("inner", "wrong")
+    dlogits = circuits.logit_difference_grad(ids.shape, 96, answer, wrong).astype(np.float64)
+    grads = {}
+    backward.activation_grads(ids, params, hp, dlogits, lambda name, d: grads.setdefault(name, d))
+    rng = np.random.default_rng(0)
+
+    def metric(name, i, step):
+        def nudge(n, x):
+            if n != name:
+                return x
+            x = x.copy()
+            x[i] += step
+            return x
+        return circuits.logit_difference(g.gpt2(ids, params, hp, hook=nudge), answer, wrong)
+
+    for name, d in grads.items():
+        for i in [tuple(rng.integers(0, n) for n in d.shape) for _ in range(3)] + [np.unravel_index(
+                np.abs(d).argmax(), d.shape)]:
+            if name.endswith("attn.scores") and i[-1] > i[-2]:
+                continue  # a masked score: -inf, whatever the nudge
+            numeric = (metric(name, i, 1e-6) - metric(name, i, -1e-6)) / 2e-6
+            assert abs(d[i] - numeric) <= 1e-6 * max(1.0, abs(numeric)), (name, i, d[i], numeric)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("site", circuits.ATTRIBUTED)
+def test_attribution_patching_is_transformer_lenss(models, case, site):
+    ours = circuits.attribution(*experiment(models, case), site)
+    assert_close(ours, gold(case, f"attribution/{site}"), f"{case} {site}")
+
+
+def test_attribution_is_attribution_patchs_node_scores(models):
+    """TL's attribution_patch scores each pair with its own metric and averages: the same numbers."""
+    for case in CASES:
+        params, hp, clean, corrupted, answer, wrong = experiment(models, case)
+        pairs = slice(0, 1) if case == "ioi" else slice(None)  # as the golden ran it
+        for site in ("head", "mlp_out"):
+            ours = circuits.attribution(params, hp, clean[pairs], corrupted[pairs], answer[pairs], wrong[pairs], site)
+            assert_close(ours, gold(case, f"attribution_patch/{site}"), f"{case} {site}")
+
+
+# --- 5. direct path patching ---------------------------------------------------------------------
+
+def path_cases():
+    """(case, "L.H"): the sources the golden holds."""
+    return sorted({(k.split("/")[0], k.split("/")[2]) for k in GOLDEN.files if "/path/" in k})
+
+
+@pytest.mark.parametrize("case, source", path_cases())
+def test_direct_path_patching_is_transformer_lenss(models, case, source):
+    layer, head = map(int, source.split("."))
+    for component in circuits.COMPONENTS:
+        ours = circuits.path_patch(*experiment(models, case), (layer, head), component)
+        assert_close(ours, gold(case, f"path/{source}/{component}"), f"{case} {source} -> {component}")
+        assert not ours[:layer + 1].any()
+
+
+def test_a_path_reaches_one_heads_input_alone_by_hand(models):
+    """The reference written out: head (0, 2)'s change added to the residual stream that head (1, 1)'s
+    query reads, by recomputing ln_1 and its slice of c_attn in a hook, and nowhere else."""
+    params, hp, clean, corrupted, answer, wrong = experiment(models, "inner")
+    _, c = li.run_with_cache(clean, params, hp)
+    _, k = li.run_with_cache(corrupted, params, hp)
+    C, H, D = 12, 3, 4
+    delta = (c["blocks.0.attn.hook_z"][:, :, 2] - k["blocks.0.attn.hook_z"][:, :, 2]) @ \
+        params["blocks"][0]["attn"]["c_proj"]["w"][2 * D:3 * D]
+    block = params["blocks"][1]
+    x = g.layer_norm(k["blocks.1.hook_resid_pre"] + delta, **block["ln_1"], eps=g.layer_norm_eps(hp))
+    q = x @ block["attn"]["c_attn"]["w"][:, D:2 * D] + block["attn"]["c_attn"]["b"][D:2 * D]
+
+    def hook(act, _):
+        act = act.copy()
+        act[:, :, 1] = q
+        return act
+
+    want = circuits.logit_difference(li.run_with_hooks(corrupted, params, hp, {"blocks.1.attn.hook_q": hook}),
+                                     answer, wrong)
+    for fast in (True, False):
+        got = circuits.path_patch(params, hp, clean, corrupted, answer, wrong, (0, 2), "q", fast=fast)[1, 1]
+        assert got == pytest.approx(want, abs=1e-5)
+
+
+# --- 6. head detectors -------------------------------------------------------------------------
+
+def test_the_detection_patterns_by_hand():
+    tokens = [9, 5, 7, 5, 7, 7]
+    assert circuits.detection_pattern(tokens, "previous").tolist() == np.eye(6, k=-1).tolist()
+    duplicate = np.zeros((6, 6))
+    duplicate[3, 1] = duplicate[4, 2] = duplicate[5, 2] = duplicate[5, 4] = 1  # an earlier copy of my token
+    assert circuits.detection_pattern(tokens, "duplicate").tolist() == duplicate.tolist()
+    induction = np.zeros((6, 6))
+    induction[3, 2] = induction[4, 3] = induction[5, 3] = induction[5, 5] = 1  # the token after that copy
+    assert circuits.detection_pattern(tokens, "induction").tolist() == induction.tolist()
+
+
+def head_cases():
+    """(case, text, pattern): the scores the golden holds."""
+    return sorted((case, text, pattern) for case, kind, text, pattern in
+                  (k.split("/") for k in GOLDEN.files if "/heads/" in k and not k.endswith("/tokens")))
+
+
+@pytest.mark.parametrize("case, text, pattern", head_cases())
+def test_head_scores_are_detect_heads(models, case, text, pattern):
+    hp, params = models[case]
+    ours = circuits.head_scores(params, hp, gold(case, f"heads/{text}/tokens"), pattern)
+    assert_close(ours, gold(case, f"heads/{text}/{pattern}"), f"{case} {text} {pattern}")
+
+
+def test_repeated_random_tokens_are_said_twice_after_endoftext_and_never_hold_it():
+    ids = circuits.repeated_random_tokens(200, 10, eot=9, seed=0)
+    assert ids[0] == 9 and len(ids) == 401 and 9 not in ids[1:]
+    np.testing.assert_array_equal(ids[1:201], ids[201:])
+    np.testing.assert_array_equal(circuits.repeated_random_tokens(5, 50257, 50256, seed=3),
+                                  circuits.repeated_random_tokens(5, 50257, 50256, seed=3))
+
+
+def test_detect_heads_score_and_look_insides_induction_score_are_two_averages(models):
+    """detect_head divides by every row (T); look_inside.induction_scores by the rows that have a target:
+    on N random ids said twice, the second half's N rows of 2N + 1."""
+    hp, params = models["trained"]
+    ids = gold("trained", "heads/random/tokens")
+    _, cache = li.run_with_cache(ids[None], params, hp)
+    pattern = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(hp["n_layer"])])
+    n = (len(ids) - 1) // 2
+    if len(set(ids[1:n + 1].tolist())) == n:  # no id twice in a half: every second-half row has one target
+        np.testing.assert_allclose(circuits.head_scores(params, hp, ids, "induction") * len(ids) / n,
+                                   li.induction_scores(pattern, ids), rtol=1e-5)
+
+
+def test_the_linear_estimate_is_close_for_a_small_change_and_wrong_for_a_large_one(models):
+    """docs/circuits.md's two cases. Small: on the trained model, one head's z at the last position (the one
+    position where its prompts differ). Large: on tiny's IOI pair, a whole token's embedding (the second
+    name) into layer 0: the patch brings the whole clean answer back, the estimate has the wrong sign."""
+    args = experiment(models, "trained")
+    corrupted = circuits.metrics(*args)[1]
+    moved = circuits.patch(*args, "head")[0, -1, 1] - corrupted
+    estimate = circuits.attribution(*args, "head")[0, -1, 1]
+    assert abs(moved) > 0.3 and abs(estimate - moved) < 0.1 * abs(moved), (moved, estimate)
+    args = experiment(models, "ioi")
+    clean, corrupted = circuits.metrics(*args)
+    moved = circuits.patch(*args, "resid_pre")[0, 10] - corrupted
+    estimate = circuits.attribution(*args, "resid_pre")[0, 10]
+    assert moved == pytest.approx(clean - corrupted, abs=1e-5) and estimate * moved < 0, (moved, estimate)
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+TINY = os.path.join(DATA, "hf", "tiny")
+IOI = ["--clean", "When Mary and John went to the store, John gave a drink to",
+       "--corrupted", "When Mary and John went to the store, Mary gave a drink to", "--answer", " Mary",
+       "--wrong", " John"]
+CLEAN_ONLY = IOI[:2] + IOI[4:]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded_once():
+    """The command line's models, each read from its folder once for this file's tests (a tenth of a second a
+    time, most of it the vocabulary); what is not found still raises as it did."""
+    from interface import loading
+
+    read, kept = loading.load_model, {}
+
+    def load_model(*args, **kw):
+        key = (args, tuple(sorted(kw.items())))
+        if key not in kept:
+            kept[key] = read(*args, **kw)
+        return kept[key]
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(loading, "load_model", load_model)
+        yield
+
+
+def cli(capsys, *argv):
+    """circuits.py's main in this process: -> (exit status, stdout, stderr)."""
+    from interface import circuits_cli
+
+    try:
+        code = circuits_cli.main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli_json(capsys, *argv):
+    code, out, err = cli(capsys, *argv, "--json", "--model", TINY)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_each_command_gives_the_experiments_numbers(models, capsys):
+    """The command line runs the API on the IOI pair, tokenized as TransformerLens's to_tokens does."""
+    params, hp, clean, corrupted, answer, wrong = experiment(models, "ioi")
+    clean, corrupted, answer, wrong = clean[:1], corrupted[:1], answer[:1], wrong[:1]  # the first pair
+    out = cli_json(capsys, "patch", *IOI, "--site", "head")
+    assert out["tokens"][0] == "<|endoftext|>" and len(out["tokens"]) == clean.shape[1]
+    np.testing.assert_allclose(out["values"], circuits.patch(params, hp, clean, corrupted, answer, wrong, "head"))
+    assert (out["clean"], out["corrupted"]) == pytest.approx(circuits.metrics(params, hp, clean, corrupted, answer,
+                                                                              wrong))
+    out = cli_json(capsys, "patch", *IOI, "--site", "resid_pre", "--normalized")
+    raw = circuits.patch(params, hp, clean, corrupted, answer, wrong, "resid_pre")
+    np.testing.assert_allclose(out["values"], circuits.normalized(raw, out["clean"], out["corrupted"]), rtol=1e-6)
+    assert cli_json(capsys, "logit-diff", *CLEAN_ONLY)["values"] == pytest.approx(out["clean"])
+    out = cli_json(capsys, "dla", *CLEAN_ONLY)
+    assert out["labels"][:3] == ["embed", "pos_embed", "0_attn_out"]
+    assert out["total"] == pytest.approx(sum(out["values"]))
+    np.testing.assert_allclose(out["values"], circuits.dla_components(params, hp, clean, answer, wrong)[1])
+    assert cli_json(capsys, "dla", *CLEAN_ONLY, "--by", "head")["labels"] == ["L0H0", "L0H1", "L1H0", "L1H1"]
+    np.testing.assert_allclose(cli_json(capsys, "attribution", *IOI, "--site", "mlp_out")["values"],
+                               circuits.attribution(params, hp, clean, corrupted, answer, wrong, "mlp_out"))
+    np.testing.assert_allclose(cli_json(capsys, "path", *IOI, "--source", "0.1", "--component", "v")["values"],
+                               circuits.path_patch(params, hp, clean, corrupted, answer, wrong, (0, 1), "v"))
+    out = cli_json(capsys, "heads", "--text", "random:12", "--pattern", "induction", "--seed", "0")
+    ids = circuits.repeated_random_tokens(12, 50257, 50256, seed=0)
+    np.testing.assert_allclose(out["values"], circuits.head_scores(params, hp, ids, "induction"))
+
+
+def test_the_command_line_reads_a_text_as_to_tokens_does(encoder):
+    for row, text in zip(gold("ioi", "clean"), ["When Mary and John went to the store, John gave a drink to",
+                                                "When Tom and James went to the park, James gave a ball to"]):
+        assert [encoder.eot] + encoder.encode(text) == row.tolist()
+
+
+def test_the_tables_name_the_layers_heads_and_tokens(capsys):
+    code, out, _ = cli(capsys, "patch", *IOI, "--site", "head", "--model", TINY)
+    assert code == 0 and "the metric (the logit difference): clean 2.3400, corrupted -0.3747" in out
+    lines = out.splitlines()
+    assert lines[2].split()[:3] == ["<|endoft…", "When", "Mary"] and lines[3].startswith("L0H0")
+    assert lines[-1].startswith("L1H1") and len(lines) == 3 + 4
+    code, out, _ = cli(capsys, "dla", *CLEAN_ONLY, "--model", TINY)
+    assert code == 0 and "1_mlp_out" in out and "ln_f's bias term" in out
+
+
+def test_a_model_trained_by_train_py_runs_every_command(capsys):
+    model = os.path.join(DATA, "circuits_model")
+    pair = ["--clean", "ROMEO:\nI will speak.\n\nJULIET:", "--corrupted", "ROMEO:\nI will speak.\n\nJULIET,",
+            "--answer", "\n", "--wrong", " "]
+    for argv in (["logit-diff"] + pair[:2] + pair[4:], ["patch"] + pair + ["--site", "pattern"],
+                 ["dla"] + pair[:2] + pair[4:] + ["--by", "head"], ["attribution"] + pair + ["--site", "head"],
+                 ["path"] + pair + ["--source", "1.3", "--component", "k"],
+                 ["heads", "--text", "random:15", "--pattern", "previous"]):
+        code, out, err = cli(capsys, *argv, "--model", model)
+        assert code == 0 and out and not err, (argv, err)
+
+
+def test_the_page_is_one_file_with_the_heatmap(capsys, tmp_path):
+    page = tmp_path / "patch.html"
+    code, _, err = cli(capsys, "patch", *IOI, "--site", "resid_pre", "--model", TINY, "--html", str(page))
+    assert code == 0 and err == f"{page}: {page.stat().st_size:,} bytes\n"
+    text = page.read_text(encoding="utf-8")
+    assert text.count("<tr>") == 1 + 2 and "&lt;|endoftext|&gt;" in text and "http" not in text.replace(
+        "http://www.w3.org", "")
+    assert "layer 1, 10" not in text and 'title="layer 0, ' in text
+    assert sorted(os.listdir(tmp_path)) == ["patch.html"]  # nothing else left beside it
+
+
+def test_the_pages_colours_are_white_at_the_centre_and_full_at_the_largest_distance():
+    from interface import circuits_page
+
+    assert circuits_page.colour(2.0, center=2.0, scale=3.0) == "rgb(255,255,255)"
+    assert circuits_page.colour(5.0, center=2.0, scale=3.0) == "rgb(49,101,196)"  # blue: above the centre
+    assert circuits_page.colour(-1.0, center=2.0, scale=3.0) == "rgb(214,72,58)"  # red: below it
+    assert circuits_page.colour(7.0, center=0.0, scale=0.0) == "rgb(255,255,255)"  # all values alike
+
+
+BAD = [  # argv (after the model) -> the one line it gets
+    (["patch", *IOI[:5], " Mary Ann", "--wrong", " John"], "--answer ' Mary Ann' is 2 tokens (' Mary', ' Ann'): an "
+                                                            "answer must be one token"),
+    (["logit-diff", *CLEAN_ONLY[:2], "--answer", "", "--wrong", " John"], "--answer '' is no token"),
+    (["patch", *IOI[:3], "When Mary and John went to the shop, Mary gave a drink to Tom", *IOI[4:]],
+     "--clean is 15 tokens and --corrupted 16: a pair must be one length"),
+    (["patch", *IOI, "--site", "resid_post"], "argument --site: invalid choice: 'resid_post'"),
+    (["path", *IOI, "--source", "0.1", "--component", "o"], "argument --component: invalid choice: 'o'"),
+    (["heads", "--text", "the cat", "--pattern", "copying"], "argument --pattern: invalid choice: 'copying'"),
+    (["path", *IOI, "--source", "5.0"], "--source must be a head of the model, layer 0..1 and head 0..1, got 5.0"),
+    (["path", *IOI, "--source", "nine"], "argument --source: 'nine' is not a head: give LAYER.HEAD"),
+    (["patch", *IOI, "--html", "/no/such/folder/page.html"], "its folder /no/such/folder does not exist"),
+    (["patch", "--clean", "", *IOI[2:]], "--clean is empty: give a text"),
+    (["heads", "--text", "random:40", "--pattern", "induction"], "--text random:40 is 81 tokens; the model reads at "
+                                                                 "most 64, so N is at most 31"),
+    (["logit-diff", "--clean", "word" * 70, *IOI[4:]], "--clean is 71 tokens with <|endoftext|>; the model reads "
+                                                       "at most 64"),
+    (["patch", *IOI[:2], "--corrupted", IOI[1], *IOI[4:], "--normalized"], "give the same metric"),
+    (["patch", *IOI, "--all-positions"], "--all-positions goes with --site head"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD)
+def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(capsys, tmp_path, argv, message):
+    page = tmp_path / "page.html"
+    code, out, err = cli(capsys, *argv, "--model", TINY, *([] if "--html" in argv else ["--html", str(page)]))
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert not os.listdir(tmp_path)
+
+
+def test_a_model_that_cannot_be_found_is_one_line(capsys, tmp_path):
+    code, out, err = cli(capsys, "logit-diff", *CLEAN_ONLY, "--model", str(tmp_path / "nothing"))
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+
+
+def test_ctrl_c_is_one_line_and_exit_130_and_writes_no_page(capsys, monkeypatch, tmp_path):
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(circuits, "copies_forward", interrupted)
+    code, out, err = cli(capsys, "patch", *IOI, "--model", TINY, "--html", str(tmp_path / "page.html"))
+    assert code == 130 and out == "" and err == "interrupted\n" and not os.listdir(tmp_path)
+
+
+def test_python_circuits_py_runs_the_command_line():
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "circuits.py"), "heads", "--text", "the cat sat",
+                        "--pattern", "previous", "--model", TINY, "--json"], capture_output=True, text=True)
+    assert r.returncode == 0 and len(json.loads(r.stdout)["values"]) == 2, r.stderr
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "circuits.py"), "dance"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "invalid choice: 'dance'" in r.stderr
