@@ -15,7 +15,7 @@ for gelu, merge_fast for merge, ...), the twin's body becomes a call to the stud
 function, so the program runs what the student wrote. `python handout.py` says which
 exercises each program needs done before it runs.
 
-tests/test_exercises.py blanks each exercise in turn and checks that its tests then fail,
+tests/test_handout.py blanks each exercise in turn and checks that its tests then fail,
 naming the exercise, and pass again with the function restored; and that the program then
 stops, prints something else when the function is written wrong, and prints what the whole
 project prints when it is written right.
@@ -166,7 +166,7 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
-# tests/test_exercises.py runs each program, records the functions it calls, and holds this table to them.
+# tests/test_handout.py runs each program, records the functions it calls, and holds this table to them.
 NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11),
          "lens": (1, 2, 3, 9, 10, 11, 12, 13), "heads": (1, 2, 3, 10, 11, 12, 14), "ablate": (1, 2, 3, 10, 11, 12, 15),
          "train": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),

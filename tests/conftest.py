@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -233,13 +234,13 @@ def closed_port():
 
 # The order a student meets failures in: the building blocks before the model built from
 # them, the model before the programs built on it. test_layout.py holds this list to every test file.
-FILE_ORDER = ["test_blocks.py", "test_crc32c.py", "test_bpe.py", "test_bpe_train.py", "test_checkpoint.py",
-              "test_folders.py", "test_model.py", "test_decoding.py", "test_beam_search.py", "test_initialise.py",
-              "test_backward.py", "test_optimizer.py", "test_parallel.py", "test_look_inside.py", "test_circuits.py",
-              "test_evaluate.py", "test_eval_golden.py", "test_train.py", "test_documents.py", "test_instruction.py", "test_lora.py",
-              "test_params.py", "test_safetensors_writer.py", "test_hf.py", "test_convert.py",
-              "test_download.py", "test_cli.py", "test_decoding_cli.py", "test_speculative.py", "test_html_page.py",
-              "test_layout.py", "test_real_weights.py", "test_exercises.py"]
+FILE_ORDER = ["test_gpt2_numpy.py", "test_crc32c.py", "test_bpe.py", "test_checkpoint.py", "test_folders.py",
+              "test_beam_search.py", "test_initialise.py", "test_backward.py", "test_optimizer.py", "test_parallel.py",
+              "test_look_inside.py", "test_circuits.py", "test_evaluate.py", "test_train.py", "test_train_cli.py",
+              "test_train_documents.py", "test_train_instruction.py", "test_train_lora.py", "test_parameters.py",
+              "test_safetensors_writer.py", "test_hf_model.py", "test_convert.py", "test_download.py",
+              "test_gpt2_cli.py", "test_speculative.py", "test_html_page.py", "test_layout.py",
+              "test_real_weights.py", "test_handout.py"]
 
 
 def pytest_collection_modifyitems(items):
@@ -250,7 +251,19 @@ def pytest_collection_modifyitems(items):
     items.sort(key=rank)  # a stable sort: within a file, the tests keep their order
 
 
-# a model folder and a small text to fine-tune it on (test_train.py, test_lora.py)
+# python train.py on the tiny model, a short run (test_train.py, test_train_cli.py)
+def train_args(model, data, out, *more):
+    return ["--model", model, "--data", str(data), "--out", str(out), "--steps", "12", "--batch-size", "2",
+            "--context", "16", "--warmup", "3", "--lr", "3e-3", "--eval-every", "6", "--sample-every", "12",
+            "--save-every", "6", "--quiet", *more]
+
+
+def run_train(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+# a model folder and a small text to fine-tune it on (test_train.py, test_train_lora.py)
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     return model_folder_copy("tiny", str(tmp_path_factory.mktemp("m") / "tiny"))
@@ -265,8 +278,8 @@ def corpus(tmp_path_factory):
     return folder / "notes.txt"
 
 
-# Hugging Face generate's ids, scores and distributions (tests/data/make_generate_golden.py): test_decoding.py,
-# test_beam_search.py, test_decoding_cli.py. $GPT2_GENERATE_GOLDEN: a fresh one instead (test_decoding.py's live test)
+# Hugging Face generate's ids, scores and distributions (tests/data/make_generate_golden.py): test_gpt2_numpy.py,
+# test_beam_search.py, test_gpt2_cli.py. $GPT2_GENERATE_GOLDEN: a fresh one instead (test_gpt2_numpy.py's live test)
 with open(os.environ.get("GPT2_GENERATE_GOLDEN") or os.path.join(DATA, "generate_golden.json"), encoding="utf-8") as f:
     GENERATE_GOLDEN = json.load(f)["cases"]
 

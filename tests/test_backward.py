@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import GRAD_GOLDEN as GOLDEN, as_float64, numerical_grad, r64
+from conftest import GRAD_GOLDEN as GOLDEN, numerical_grad, r64
 import gpt2_numpy as g
 from plumbing import shapes
 

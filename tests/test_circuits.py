@@ -310,7 +310,7 @@ def test_a_path_reaches_one_heads_input_alone_by_hand(models):
     params, hp, clean, corrupted, answer, wrong = experiment(models, "inner")
     _, c = li.run_with_cache(clean, params, hp)
     _, k = li.run_with_cache(corrupted, params, hp)
-    C, H, D = 12, 3, 4
+    D = hp["n_embd"] // hp["n_head"]  # one head's width
     delta = (c["blocks.0.attn.hook_z"][:, :, 2] - k["blocks.0.attn.hook_z"][:, :, 2]) @ \
         params["blocks"][0]["attn"]["c_proj"]["w"][2 * D:3 * D]
     block = params["blocks"][1]

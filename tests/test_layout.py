@@ -155,3 +155,22 @@ def test_the_readme_is_a_front_door_and_its_links_lead_somewhere():
         with open(os.path.join(ROOT, folder, "README.md"), encoding="utf-8") as f:
             inside = set(re.findall(r"^    (\w+\.py) ", f.read(), re.M))
         assert inside == {m.split(".")[1] + ".py" for m in modules}, f"{folder}/README.md names every file in it"
+
+
+def test_each_module_has_a_test_file_named_for_it():
+    """tests/test_X.py for each top-level X.py; every test file names the module it tests (test_train_lora.py:
+    a part of train.py), but for this one and the opt-in run on the real weights."""
+    names = {os.path.basename(p)[5:-3] for p in glob.glob(os.path.join(HERE, "test_*.py"))}
+    assert set(TOP) <= names, set(TOP) - names
+    modules = {m.split(".")[-1] for m in PROJECT}
+    strays = {n for n in names - modules - {"layout", "real_weights"}
+              if not any(n.startswith(m + "_") for m in TOP)}
+    assert not strays, f"test files that name no module: {sorted(strays)}"
+
+
+def test_the_spine_is_the_forward_pass_first():
+    """gpt2_numpy.py holds the model, generation and scoring; the forward pass ends in its first half."""
+    with open(os.path.join(ROOT, "gpt2_numpy.py"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    assert len(lines) <= 500
+    assert next(i for i, line in enumerate(lines, 1) if line.startswith("def gpt2(")) < 260

@@ -1,4 +1,5 @@
-"""train.py: the loop (accumulation, reused buffers) and the command line, end to end on the tiny model."""
+"""train.py: the loop (accumulation, reused buffers), the set-up, and the command line end to end on the tiny model
+(its flags alone: test_train_cli.py)."""
 import glob
 import io
 import json
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT
+from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT, run_train, train_args
 import optimizer
 import train
 from interface import train_cli
@@ -70,17 +71,6 @@ def test_map_tensors_maps_every_array_and_keeps_the_nesting():
     assert doubled["blocks"][0]["attn"]["c_attn"]["lora"] == {"scale": 2.0} and params["wte"].tolist() == [1, 1]
 
 
-def train_args(model, data, out, *more):
-    return ["--model", model, "--data", str(data), "--out", str(out), "--steps", "12", "--batch-size", "2",
-            "--context", "16", "--warmup", "3", "--lr", "3e-3", "--eval-every", "6", "--sample-every", "12",
-            "--save-every", "6", "--quiet", *more]
-
-
-def run_train(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
-                          timeout=300)
-
-
 def test_fine_tuning_end_to_end_then_generating_from_it(tiny_model, corpus, tmp_path):
     out = tmp_path / "notes-tiny"
     r = run_train(*train_args(tiny_model, corpus, out))
@@ -105,15 +95,6 @@ def test_the_same_seed_gives_the_same_run_bit_for_bit(tiny_model, corpus, tmp_pa
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
     config = json.loads((tmp_path / "a" / "train_config.json").read_text())
     assert config["dropout"] == float(dropout)
-
-
-def test_bad_flags_are_one_line(tiny_model, corpus, tmp_path):
-    for flag, message in [(("--dropout", "1"), "--dropout must be in [0, 1)"),
-                          (("--val-fraction", "-0.1"), "--val-fraction must be in [0, 1)"),
-                          (("--accum", "0"), "--accum must be at least 1")]:
-        r = run_train(*train_args(tiny_model, corpus, tmp_path / "o", *flag))
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
-        assert not os.path.exists(tmp_path / "o")
 
 
 def run_interrupted(tiny_model, corpus, tmp_path, monkeypatch, at_call, interrupt):
@@ -182,20 +163,6 @@ def test_1558m_does_not_fit_in_24_gb():
     assert need > 24e9 and train.memory_needed(shapes.hparams("124M"), 4, 64) < 2.5e9
 
 
-def test_resume_reads_the_saved_runs_flags_and_says_which_differ(tiny_model, corpus, tmp_path):
-    out = tmp_path / "run"
-    assert run_train(*train_args(tiny_model, corpus, out)).returncode == 0
-    r = run_train("--out", str(out), "--resume", "--steps", "14", "--quiet")  # nothing else repeated
-    assert r.returncode == 0, r.stderr
-    assert r.stderr.splitlines()[0] == "resuming with --steps 14 (the saved run had 12)"
-    assert "step 14: train loss" in r.stdout
-    config = json.loads((out / "train_config.json").read_text())
-    assert config["steps"] == 14 and config["context"] == 16 and config["lr"] == 3e-3
-    r = run_train("--out", str(out), "--resume", "--model", "124M", "--quiet")
-    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert f"--resume continues the model saved in {out} (trained from {tiny_model}): leave out --model 124M" in r.stderr
-
-
 def test_resuming_a_finished_run_says_there_is_nothing_to_do(tiny_model, corpus, tmp_path):
     out = tmp_path / "run"
     assert run_train(*train_args(tiny_model, corpus, out)).returncode == 0
@@ -213,37 +180,6 @@ def test_a_short_run_prints_its_final_validation_loss_and_warms_up_a_tenth(tiny_
     shown = [line for line in r.stdout.splitlines() if "validation loss" in line]
     assert len(shown) == 1 and shown[0].startswith("step 20: train loss "), r.stdout
     assert json.loads((out / "train_config.json").read_text())["warmup"] == 2
-
-
-def test_help_shows_every_default():
-    r = run_train("--help")
-    assert r.returncode == 0 and "(default: 0.0001)" in r.stdout and "(default: 200)" in r.stdout
-
-
-@pytest.mark.parametrize("flag, message", [
-    (("--lr", "-1"), "--lr must be above 0"), (("--lr", "0"), "--lr must be above 0"),
-    (("--lr", "nan"), "--lr must be above 0"), (("--weight-decay", "-0.1"), "--weight-decay must be at least 0"),
-    (("--min-lr-ratio", "2"), "--min-lr-ratio must be in [0, 1]"), (("--warmup", "-1"), "--warmup must be at least 0"),
-    (("--grad-clip", "-1"), "--grad-clip must be at least 0"), (("--seed", "-1"), "--seed must be at least 0, got -1"),
-    (("--steps", "99999999999999999999"), "--steps must be at most 1,000,000,000: no run finishes "
-                                          "99,999,999,999,999,999,999 steps"),
-    (("--steps", "1000", "--accum", "10000000"), "--steps 1,000 --accum 10,000,000 make 10,000,000,000 micro-batches: "
-                                                 "no run finishes that many; --steps times --accum must be at most "
-                                                 "1,000,000,000")])
-def test_nonsense_settings_are_refused(tiny_model, corpus, tmp_path, flag, message):
-    r = run_train(*train_args(tiny_model, corpus, tmp_path / "o", *flag))
-    assert r.returncode == 2 and r.stderr.startswith(f"error: {message}"), r.stderr
-    assert r.stderr.count("\n") == 1 and not os.path.exists(tmp_path / "o")
-
-
-def test_out_folders_that_cannot_be_used_are_one_line(tiny_model, corpus, tmp_path):
-    (tmp_path / "taken").mkdir()
-    for args, message in [(train_args(tiny_model, corpus, tmp_path / "taken"),
-                           "taken: already exists: choose a new folder, or --resume the run saved there"),
-                          (["--out", str(tmp_path / "taken"), "--resume"], "taken: holds no saved run to --resume"),
-                          (["--out", str(tmp_path / "new")], "--data is required")]:
-        r = run_train(*args)
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
 def test_a_model_openais_format_cannot_hold_is_refused_before_training(corpus, tmp_path):
@@ -317,12 +253,6 @@ def test_from_scratch_bad_input_is_one_line_and_nothing_is_written(tmp_path, arg
     assert sorted(os.listdir(tmp_path)) == []
 
 
-def test_model_shape_flags_go_with_from_scratch(tiny_model, corpus, tmp_path):
-    r = run_train(*train_args(tiny_model, corpus, tmp_path / "o", "--n-layer", "3"))
-    assert r.returncode == 2 and "--n-layer and --n-embd go with --from-scratch" in r.stderr.replace(
-        "--vocab-size, --tokenizer, --n-layer, --n-head and", "--n-layer and")
-
-
 # --- the loop, in-process, and Ctrl-C ---------------------------------------------------------
 
 def test_train_is_the_loop_the_command_line_runs(tiny_model, corpus, tmp_path, capsys):
@@ -354,20 +284,6 @@ def test_the_recipe_is_its_defaults_with_the_settings_given():
     assert train.with_context(recipe | {"context": 32}, {"n_ctx": 64})["context"] == 32
     with pytest.raises(TypeError, match="the recipe has no setting 'learning_rate'"):
         train.recipe_with(learning_rate=1e-3)
-
-
-def test_the_flags_are_train_pys_tables():
-    """Every setting of RECIPE, NEW_MODEL and LORA is a flag with its default and its help: the two cannot disagree."""
-    p = train_cli.parser()
-    actions = {a.dest: a for a in p._actions}
-    tables = [(train.RECIPE, ""), (train.NEW_MODEL, ""), (train.LORA, "lora_")]
-    for table, prefix in tables:
-        for name, (default, kind, text) in table.items():
-            action = actions[prefix + name]
-            assert (action.default, action.type, action.option_strings) == (default, kind, [
-                f"--{(prefix + name).replace('_', '-')}"]) and action.help.endswith(text), name
-    args = train_cli.parse_args(["--out", "o", "--data", "d.txt"])
-    assert train.recipe_with(**{k: getattr(args, k) for k in train.RECIPE}) == train.recipe_with()
 
 
 def test_set_up_says_where_the_weights_and_the_state_come_from(tiny_model, corpus, tmp_path, capsys):
@@ -502,16 +418,6 @@ def test_the_context_defaults_to_the_models_positions_when_it_has_fewer_than_256
     r = run_train(*[a for a in train_args(tiny_model, corpus, out) if a not in ("--context", "16")])
     assert r.returncode == 0, r.stderr
     assert json.loads((out / "train_config.json").read_text())["context"] == 64  # the tiny model's n_ctx
-
-
-def test_help_names_no_default_of_none_and_one_for_warmup():
-    r = run_train("--help")
-    assert r.returncode == 0 and "(default: None)" not in r.stdout, r.stdout
-    text = " ".join(r.stdout.split())
-    assert "--out OUT the folder to write the trained model to --steps" in text
-    assert "from scratch, if not given: data/tinyshakespeare.txt" in text
-    assert "--warmup WARMUP steps of linear warm-up (default: a tenth of --steps, at most 20) --weight-decay" in text
-    assert "(default: 256, or the model's n_ctx if it has fewer positions)" in text
 
 
 # --- progress without a terminal --------------------------------------------------------------

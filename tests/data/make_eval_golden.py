@@ -1,6 +1,6 @@
 """Write tests/data/eval_golden.json: what the field's own tools say on the Hugging Face folder
 tests/data/hf/tiny (GPT-2's vocabulary, n_embd 8, 2 layers, n_positions 64), so that
-tests/test_eval_golden.py can hold evaluate.py to EleutherAI's lm-evaluation-harness and to minicons.
+tests/test_evaluate.py can hold evaluate.py to EleutherAI's lm-evaluation-harness and to minicons.
 
 Dev-only: neither the project nor its CI imports these. In a separate virtualenv:
 

@@ -1,10 +1,10 @@
 """Write tests/data/generate_golden.json: what Hugging Face's generate gives with the logit processors,
-stop strings and beam search, on three small GPT-2s, for tests/test_decoding.py to hold ours against.
+stop strings and beam search, on three small GPT-2s, for tests/test_gpt2_numpy.py to hold ours against.
 
 Dev-only (torch, transformers 5.x). Run from the project folder:
 
     python tests/data/make_generate_golden.py               # writes tests/data/generate_golden.json
-    python tests/data/make_generate_golden.py --out F.json  # elsewhere: tests/test_decoding.py's live test
+    python tests/data/make_generate_golden.py --out F.json  # elsewhere: tests/test_gpt2_numpy.py's live test
 
 The models, as Hugging Face folders:
   hf/tiny       random weights, GPT-2's vocabulary (tests/data/hf/make_hf_folders.py)

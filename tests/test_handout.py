@@ -56,7 +56,7 @@ def test_the_docs_and_the_handout_name_the_same_tests():
 def test_the_docs_give_one_command_for_every_exercise():
     with open(EXERCISES_DOC, encoding="utf-8") as f:
         text = f.read()
-    assert "python -m pytest -q -k NAME" in text and "tests/test_model.py -k" not in text
+    assert "python -m pytest -q -k NAME" in text and "tests/test_gpt2_numpy.py -k" not in text
 
 
 def test_the_docs_say_once_what_handout_py_says():
@@ -177,7 +177,7 @@ def test_the_readmes_handout_inside_the_project_leaves_its_tests_alone(tmp_path)
     after = collected(project)
     assert after == before and before and all(t.startswith("tests/") for t in after)
     assert collected(project, "-k", "test_gelu_is_the_tanh_approximation") == [
-        "tests/test_blocks.py::test_gelu_is_the_tanh_approximation"]
+        "tests/test_gpt2_numpy.py::test_gelu_is_the_tanh_approximation"]
     assert collected(project / "class") == before  # the copy collects its own tests/, the same tests
     with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as f:
         assert "/class/" in f.read().split(), "the README's handout folder, class/, is not in .gitignore"

@@ -343,7 +343,7 @@ with torch.no_grad():
 @pytest.mark.skipif(not DEV_PYTHON, reason="dev-only: needs a Python with torch, transformers and peft "
                                            "(pip install torch==2.13.0 transformers peft==0.21.2); run "
                                            "GPT2_DEV_PYTHON=/path/to/that/python python -m pytest -q "
-                                           "tests/test_lora.py -k peft")
+                                           "tests/test_train_lora.py -k peft")
 def test_peft_loads_the_adapter_and_gives_the_merged_models_logits(lora_run, tmp_path):
     """PeftModel.from_pretrained(GPT2LMHeadModel holding the tiny checkpoint, OUT): PEFT's own LoRA
     forward, unmerged, gives the logits of the merged model that OUT holds."""

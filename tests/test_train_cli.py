@@ -1,0 +1,94 @@
+"""python train.py's flags (interface/train_cli.py): their help and defaults, drawn from train.py's recipe,
+and every flag a run cannot use refused in one line before anything is written."""
+import json
+import os
+
+import pytest
+
+from conftest import run_train, train_args
+import train
+from interface import train_cli
+
+
+def test_bad_flags_are_one_line(tiny_model, corpus, tmp_path):
+    for flag, message in [(("--dropout", "1"), "--dropout must be in [0, 1)"),
+                          (("--val-fraction", "-0.1"), "--val-fraction must be in [0, 1)"),
+                          (("--accum", "0"), "--accum must be at least 1")]:
+        r = run_train(*train_args(tiny_model, corpus, tmp_path / "o", *flag))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+        assert not os.path.exists(tmp_path / "o")
+
+
+def test_resume_reads_the_saved_runs_flags_and_says_which_differ(tiny_model, corpus, tmp_path):
+    out = tmp_path / "run"
+    assert run_train(*train_args(tiny_model, corpus, out)).returncode == 0
+    r = run_train("--out", str(out), "--resume", "--steps", "14", "--quiet")  # nothing else repeated
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines()[0] == "resuming with --steps 14 (the saved run had 12)"
+    assert "step 14: train loss" in r.stdout
+    config = json.loads((out / "train_config.json").read_text())
+    assert config["steps"] == 14 and config["context"] == 16 and config["lr"] == 3e-3
+    r = run_train("--out", str(out), "--resume", "--model", "124M", "--quiet")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"--resume continues the model saved in {out} (trained from {tiny_model}): leave out --model 124M" in r.stderr
+
+
+def test_help_shows_every_default():
+    r = run_train("--help")
+    assert r.returncode == 0 and "(default: 0.0001)" in r.stdout and "(default: 200)" in r.stdout
+
+
+@pytest.mark.parametrize("flag, message", [
+    (("--lr", "-1"), "--lr must be above 0"), (("--lr", "0"), "--lr must be above 0"),
+    (("--lr", "nan"), "--lr must be above 0"), (("--weight-decay", "-0.1"), "--weight-decay must be at least 0"),
+    (("--min-lr-ratio", "2"), "--min-lr-ratio must be in [0, 1]"), (("--warmup", "-1"), "--warmup must be at least 0"),
+    (("--grad-clip", "-1"), "--grad-clip must be at least 0"), (("--seed", "-1"), "--seed must be at least 0, got -1"),
+    (("--steps", "99999999999999999999"), "--steps must be at most 1,000,000,000: no run finishes "
+                                          "99,999,999,999,999,999,999 steps"),
+    (("--steps", "1000", "--accum", "10000000"), "--steps 1,000 --accum 10,000,000 make 10,000,000,000 micro-batches: "
+                                                 "no run finishes that many; --steps times --accum must be at most "
+                                                 "1,000,000,000")])
+def test_nonsense_settings_are_refused(tiny_model, corpus, tmp_path, flag, message):
+    r = run_train(*train_args(tiny_model, corpus, tmp_path / "o", *flag))
+    assert r.returncode == 2 and r.stderr.startswith(f"error: {message}"), r.stderr
+    assert r.stderr.count("\n") == 1 and not os.path.exists(tmp_path / "o")
+
+
+def test_out_folders_that_cannot_be_used_are_one_line(tiny_model, corpus, tmp_path):
+    (tmp_path / "taken").mkdir()
+    for args, message in [(train_args(tiny_model, corpus, tmp_path / "taken"),
+                           "taken: already exists: choose a new folder, or --resume the run saved there"),
+                          (["--out", str(tmp_path / "taken"), "--resume"], "taken: holds no saved run to --resume"),
+                          (["--out", str(tmp_path / "new")], "--data is required")]:
+        r = run_train(*args)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_model_shape_flags_go_with_from_scratch(tiny_model, corpus, tmp_path):
+    r = run_train(*train_args(tiny_model, corpus, tmp_path / "o", "--n-layer", "3"))
+    assert r.returncode == 2 and "--n-layer and --n-embd go with --from-scratch" in r.stderr.replace(
+        "--vocab-size, --tokenizer, --n-layer, --n-head and", "--n-layer and")
+
+
+def test_the_flags_are_train_pys_tables():
+    """Every setting of RECIPE, NEW_MODEL and LORA is a flag with its default and its help: the two cannot disagree."""
+    p = train_cli.parser()
+    actions = {a.dest: a for a in p._actions}
+    tables = [(train.RECIPE, ""), (train.NEW_MODEL, ""), (train.LORA, "lora_")]
+    for table, prefix in tables:
+        for name, (default, kind, text) in table.items():
+            action = actions[prefix + name]
+            assert (action.default, action.type, action.option_strings) == (default, kind, [
+                f"--{(prefix + name).replace('_', '-')}"]) and action.help.endswith(text), name
+    args = train_cli.parse_args(["--out", "o", "--data", "d.txt"])
+    assert train.recipe_with(**{k: getattr(args, k) for k in train.RECIPE}) == train.recipe_with()
+
+
+def test_help_names_no_default_of_none_and_one_for_warmup():
+    r = run_train("--help")
+    assert r.returncode == 0 and "(default: None)" not in r.stdout, r.stdout
+    text = " ".join(r.stdout.split())
+    assert "--out OUT the folder to write the trained model to --steps" in text
+    assert "from scratch, if not given: data/tinyshakespeare.txt" in text
+    assert "--warmup WARMUP steps of linear warm-up (default: a tenth of --steps, at most 20) --weight-decay" in text
+    assert "(default: 256, or the model's n_ctx if it has fewer positions)" in text
