@@ -23,6 +23,9 @@ The two files spell every token with printable characters (see
 `bytes_to_unicode`); we translate them once, when the encoder is built, so the
 hot loop works on bytes and integer ids only.
 
+Two fast forms stand beside their plain ones (merge_fast beside merge, train_merges_fast beside
+train_merges); a test holds each pair equal, and a handout runs the plain one.
+
     python bpe.py "Hello, world"        # tokens and ids
     python bpe.py --ids 15496 11 995    # ids back to text
     python bpe.py --steps "tokenization"  # every merge, from bytes to tokens
@@ -181,7 +184,7 @@ class Encoder:
             ids = merged
 
     def merge_fast(self, ids):
-        """merge(ids), for encode's hot path (a test holds them equal). merge_once looks up every
+        """merge(ids), for encode's hot path. merge_once looks up every
         pair's rank again after each merge; here each pair's rank is kept in a list, and after a
         merge only the two pairs next to it are looked up again. (A merge only creates pairs of
         higher rank: their rules use the new token, so they came later in vocab.bpe.)"""
@@ -376,7 +379,7 @@ def train_merges(text, n_merges, on_merge=None):
 
 
 def train_merges_fast(text, n_merges, on_merge=None):
-    """train_merges, for a real corpus (a test holds the two equal). Each distinct piece is kept
+    """train_merges, for a real corpus. Each distinct piece is kept
     once with how often it occurs, so a word seen 1,000 times is merged once, and counted 1,000
     times. After a merge only the pieces that held the pair are counted again (remerge_piece),
     and the best pair comes off a heap ordered by count and first place (pop_best_pair), so a

@@ -19,6 +19,7 @@ and at the bottom the entry point, which hands over to interface/evaluate_cli.py
 Every score is log p of a token given the tokens before it: gpt2_numpy's model, and its
 token_logprobs. A text is scored after <|endoftext|> (encoder.eot), so its first token has a
 prediction too. Shapes: B = requests in a batch, T = positions, C = n_embd, V = n_vocab.
+rolling_windows_fast stands beside rolling_windows, and a test holds the two equal.
 """
 import math
 import re
@@ -63,7 +64,7 @@ def rolling_windows(ids, prefix_id, context, stride):
 
 def rolling_windows_fast(ids, prefix_id, context, stride):
     """rolling_windows, for a long document: one window at a time, each a pair of slices of ids (an
-    array), so that no list of all its windows is ever made. A test holds the two equal."""
+    array), so that no list of all its windows is ever made."""
     check_stride(stride, context)
     if len(ids):
         yield [prefix_id], ids[:context]
