@@ -370,7 +370,6 @@ def test_help_names_every_command():
 # === the trainer: the step by hand, the plain and fast forms equal, minbpe's merges, GPT-2's files ===
 GOLDEN_DIR = os.path.join(DATA, "bpe_train")
 
-
 with open(os.path.join(GOLDEN_DIR, "minbpe_merges.json"), encoding="utf-8") as f:
     MINBPE = json.load(f)
 

@@ -578,7 +578,6 @@ def test_a_stop_inside_ctrl_c_waits_comes_once_the_block_is_done(capsys):
 # === the decoding flags, in this process, each held to Hugging Face generate's ids =================
 TRAINED, HF_TINY = os.path.join(DATA, "shakespeare"), os.path.join(DATA, "hf", "tiny")
 
-
 ROMEO, CAT = "ROMEO:\n", "The cat sat on the mat"
 
 

@@ -246,7 +246,6 @@ def test_mha_matches_per_head_loops():
 
 GOLDEN = np.load(os.path.join(DATA, "hf_golden.npz"))
 
-
 CASES = {"tiny_turing": "tiny", "tiny_batch": "tiny", "odd_full_context": "odd", "odd_prompt": "odd",
          "odd_batch": "odd"}
 
