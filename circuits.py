@@ -349,7 +349,8 @@ def path_hook(resid, delta, block, head, component, hparams):
     resid, delta [B, T, C] (the run's residual stream into block l; the source head's change)."""
     C, H = hparams["n_embd"], hparams["n_head"]
     D = C // H
-    cols = slice(COMPONENTS.index(component) * C + head * D, COMPONENTS.index(component) * C + (head + 1) * D)
+    first = COMPONENTS.index(component) * C + head * D  # c_attn's columns: q, k, v, each H heads of D
+    cols = slice(first, first + D)
     x = layer_norm(resid + delta, **block["ln_1"], eps=layer_norm_eps(hparams))
     new = linear(x, block["attn"]["c_attn"]["w"][:, cols], block["attn"]["c_attn"]["b"][cols])  # [B, T, D]
 

@@ -180,7 +180,7 @@ def token_texts(encoder, ids):
     return [encoder.decode([int(i)]) for i in ids]
 
 
-def shown(text, width=10):
+def column_label(text, width=10):
     """A token for a table's column: control characters escaped, cut short."""
     text = repr(text)[1:-1]
     return text if len(text) <= width else text[:width - 1] + "…"
@@ -188,7 +188,7 @@ def shown(text, width=10):
 
 def grid(values, rows, columns, width=10):
     """A table: one row a label, one column a label, values to 3 decimals."""
-    lines = [" " * 8 + "".join(f"{shown(c, width - 1):>{width}}" for c in columns)]
+    lines = [" " * 8 + "".join(f"{column_label(c, width - 1):>{width}}" for c in columns)]
     lines += [f"{r:<8}" + "".join(f"{v:>{width}.3f}" for v in row) for r, row in zip(rows, values)]
     return lines
 
