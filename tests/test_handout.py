@@ -158,6 +158,66 @@ def test_a_handout_inside_the_project_does_not_copy_itself(tmp_path):
         assert "exercise 4 (the KV cache): write kv_append" in f.read()
 
 
+def small_project(folder):
+    """A stand-in project (handout.py and a module), with what a class folder also holds: a virtual
+    environment, models, a scratch file, and a .venv that is no venv but a name alone."""
+    for name, text in [("handout.py", "# the program\n"), ("mod.py", "x = 1\n"), ("tests/test_mod.py", "pass\n"),
+                       (".venv/pyvenv.cfg", "home = /usr/bin\n"), (".venv/lib/big.py", "pass\n"),
+                       ("env2/pyvenv.cfg", "home = /usr/bin\n"), ("models/124M/checkpoint", "w\n"),
+                       ("scratch.txt", "mine\n")]:
+        os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    return folder
+
+
+def files_in(folder):
+    return sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
+
+
+def git(folder, *args):
+    subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True)
+
+
+def test_a_handout_copies_what_git_tracks(tmp_path):
+    """Issue 37: a .venv (167 MB of a 186 MB class folder), models and untracked files stay behind; a file
+    changed but not committed goes as it is now, one deleted does not."""
+    project = small_project(str(tmp_path / "project"))
+    with open(os.path.join(project, "gone.py"), "w", encoding="utf-8") as f:
+        f.write("pass\n")
+    git(project, "init", "-q")
+    git(project, "add", "handout.py", "mod.py", "tests/test_mod.py", "gone.py")
+    os.remove(os.path.join(project, "gone.py"))
+    with open(os.path.join(project, "mod.py"), "a", encoding="utf-8") as f:
+        f.write("y = 2\n")
+    handout.write_handout(str(tmp_path / "class"), [], root=project)
+    assert files_in(tmp_path / "class") == ["handout.py", "mod.py", os.path.join("tests", "test_mod.py")]
+    assert (tmp_path / "class" / "mod.py").read_text() == "x = 1\ny = 2\n"
+    with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as f:
+        assert ".venv/" in f.read().split(), "a virtual environment in the project folder is not in .gitignore"
+
+
+def test_a_handout_of_a_folder_git_does_not_track_leaves_out_virtual_environments(tmp_path):
+    """Not a git checkout (a zip's folder, a handout's copy), or one inside a repository that does not track
+    the project (a home folder kept in git): every file but models/, caches and virtual environments."""
+    project = small_project(str(tmp_path / "home" / "project"))
+    expected = ["handout.py", "mod.py", "scratch.txt", os.path.join("tests", "test_mod.py")]
+    handout.write_handout(str(tmp_path / "class"), [], root=project)
+    assert files_in(tmp_path / "class") == expected
+    git(tmp_path / "home", "init", "-q")
+    git(tmp_path / "home", "add", "project/mod.py")  # the home folder's repository tracks one file of it
+    handout.write_handout(str(tmp_path / "class2"), [], root=project)
+    assert files_in(tmp_path / "class2") == expected
+
+
+def test_the_handouts_message_says_the_models_stay_in_the_original_folder(tmp_path):
+    r = run_handout(str(tmp_path / "class"), "4")
+    models = os.path.join(ROOT, "models")
+    assert r.returncode == 0, r.stderr
+    assert f"the models stay in {models}, not copied: in the copy, give --model {models}/NAME" in r.stdout
+    assert not (tmp_path / "class" / "models").exists() and not (tmp_path / "class" / ".venv").exists()
+
+
 def collected(folder, *args):
     """The test ids pytest collects in a folder (run as the README says, with no path given)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
