@@ -159,8 +159,8 @@ def test_a_handout_inside_the_project_does_not_copy_itself(tmp_path):
 
 
 def small_project(folder):
-    """A stand-in project (handout.py and a module), with what a class folder also holds: a virtual
-    environment, models, a scratch file, and a .venv that is no venv but a name alone."""
+    """A stand-in project (handout.py, a module and its test), with what a class folder also holds: a
+    virtual environment (.venv), another under a name of its own (env2), models and a scratch file."""
     for name, text in [("handout.py", "# the program\n"), ("mod.py", "x = 1\n"), ("tests/test_mod.py", "pass\n"),
                        (".venv/pyvenv.cfg", "home = /usr/bin\n"), (".venv/lib/big.py", "pass\n"),
                        ("env2/pyvenv.cfg", "home = /usr/bin\n"), ("models/124M/checkpoint", "w\n"),
