@@ -22,7 +22,7 @@ import numpy as np
 
 import circuits
 from interface import loading
-from interface.options import model_flags, user_message
+from interface.options import at_least, model_flags, user_message
 from plumbing.errors import UserError, exit_status, fail
 
 RANDOM = "random:"  # --text random:N: N random ids said twice
@@ -73,7 +73,7 @@ def heads_flags(p):
     p.add_argument("--text", required=True, help=f"the text to read, or {RANDOM}N: N random ids said twice "
                                                  "after <|endoftext|> (for induction heads)")
     p.add_argument("--pattern", required=True, choices=circuits.PATTERNS, help="the kind of head to look for")
-    p.add_argument("--seed", type=int, default=0, help=f"the seed of {RANDOM}N's ids (default 0)")
+    p.add_argument("--seed", type=at_least(0), default=0, help=f"the seed of {RANDOM}N's ids (default 0)")
 
 
 COMMANDS = {  # name: (what it does, its flags)
@@ -91,7 +91,7 @@ def source_head(text):
     """--source L.H as (layer, head); checked against the model once it is loaded."""
     layer, dot, head = text.partition(".")
     if not (dot and layer.isdigit() and head.isdigit()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a head: give LAYER.HEAD, e.g. 9.9")
+        raise argparse.ArgumentTypeError(f"must be a head, LAYER.HEAD (e.g. 9.9), got {text!r}")
     return int(layer), int(head)
 
 

@@ -28,7 +28,7 @@ import parameters
 import speculative
 from interface import loading
 from interface.bpe_cli import shown_token
-from interface.options import at_least, model_flags, user_message
+from interface.options import at_least, model_flags, number, user_message
 from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
@@ -73,8 +73,6 @@ def parse_args(argv):
             fail("the prompt is not valid UTF-8 text")
     if (args.score or args.trace or args.lens or args.html) and not args.prompt:
         fail("--score, --trace, --lens and --html need a text")
-    if args.top is not None and args.top < 1:
-        fail("--top must be at least 1")
     if args.draft is not None:
         check_draft_flags(args, given_flags(p, argv))
     return args
@@ -174,13 +172,13 @@ def run(args):
 # ----------------------------------------------------------------------------
 
 def generate_flags(p):
-    p.add_argument("--n-tokens", type=int, default=40, help="tokens to generate (default 40)")
-    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1)")
-    p.add_argument("--top-k", type=int, default=None, help="sample only from the k most likely tokens")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: smallest set with this mass")
-    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed gives the same text")
+    p.add_argument("--n-tokens", type=at_least(0), default=40, help="tokens to generate (default 40)")
+    p.add_argument("--temperature", type=number, default=1.0, help="softmax temperature; 0 = greedy (default 1)")
+    p.add_argument("--top-k", type=at_least(1), default=None, help="sample only from the k most likely tokens")
+    p.add_argument("--top-p", type=number, default=1.0, help="nucleus sampling: smallest set with this mass")
+    p.add_argument("--seed", type=at_least(0), default=None, help="random seed: the same seed gives the same text")
     p.add_argument("--greedy", action="store_true", help="always take the most likely token (temperature 0)")
-    p.add_argument("--n-samples", type=int, default=1, help="independent samples, run as one batch")
+    p.add_argument("--n-samples", type=at_least(1), default=1, help="independent samples, run as one batch")
     p.add_argument("--no-stop", action="store_true", help="keep going after <|endoftext|>")
     p.add_argument("--draft", metavar="MODEL", help="speculative decoding: a draft model with the same vocabulary "
                                                     "(as --model takes one) proposes tokens that the model checks "
@@ -188,20 +186,20 @@ def generate_flags(p):
                                                     "text's last words where they occurred before. The same "
                                                     "distribution (--greedy: the same text), faster where the "
                                                     "draft agrees")
-    p.add_argument("--draft-tokens", type=int, default=4, metavar="K", help="tokens the draft proposes a pass "
+    p.add_argument("--draft-tokens", type=at_least(1), default=4, metavar="K", help="tokens the draft proposes a pass "
                                                                             "(default 4)")
-    p.add_argument("--min-p", type=float, default=0.0, metavar="P", help="sampling: drop every token less likely "
+    p.add_argument("--min-p", type=number, default=0.0, metavar="P", help="sampling: drop every token less likely "
                                                                          "than P times the most likely (default 0)")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="P",
+    p.add_argument("--repetition-penalty", type=number, default=1.0, metavar="P",
                    help="every token already in the text (prompt included) made less likely: its logit divided by "
                         "P where positive, times P where negative (default 1: none)")
-    p.add_argument("--no-repeat-ngram-size", type=int, default=0, metavar="N",
+    p.add_argument("--no-repeat-ngram-size", type=at_least(0), default=0, metavar="N",
                    help="never write an N-gram that the text (prompt included) already holds (default 0: none)")
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="end where the text has written TEXT, which is printed and nothing after it (repeatable)")
     p.add_argument("--num-beams", type=at_least(1), default=1, metavar="K",
                    help="beam search with K beams (default 1: none); deterministic, no sampling flags")
-    p.add_argument("--length-penalty", type=float, default=1.0, metavar="A", help="beam search: a finished text "
+    p.add_argument("--length-penalty", type=number, default=1.0, metavar="A", help="beam search: a finished text "
                                                                                   "scores its log p / length ** A "
                                                                                   "(default 1)")
     p.add_argument("--early-stopping", action="store_true",
@@ -218,10 +216,6 @@ def check_draft_flags(args, given):
              "model's own distribution")
     if args.n_samples != 1:
         fail("--n-samples must be 1 with a draft: speculative decoding runs one sample")
-    try:
-        speculative.check_draft_tokens(args.draft_tokens)
-    except UserError as e:
-        fail(user_message(e))
 
 
 def load_draft(args, encoder, hparams):
@@ -423,7 +417,7 @@ def run_score(args, encoder, hparams, params):
 def trace_flags(p):
     p.add_argument("--trace", action="store_true", help="run one forward pass on the prompt and print "
                                                         "every stage's shape and statistics (--json: the numbers)")
-    p.add_argument("--trace-block", type=int, default=None, help="with --trace: only this block")
+    p.add_argument("--trace-block", type=at_least(0), default=None, help="with --trace: only this block")
 
 
 def run_trace(args, encoder, hparams, params):
@@ -463,7 +457,7 @@ def print_trace(stages):
 # ----------------------------------------------------------------------------
 
 def look_inside_flags(p):
-    p.add_argument("--top", type=int, default=None, metavar="K",
+    p.add_argument("--top", type=at_least(1), default=None, metavar="K",
                    help="the K most likely next tokens after the prompt, with their probabilities; with --html: the "
                         "page's table holds K (default 10); with --json, while generating: each step's K most likely "
                         "tokens after temperature, top-k and top-p")

@@ -9,13 +9,14 @@ SIGTERM), with no half-written copy left behind.
 import argparse
 
 import handout
+from interface.options import at_least
 from plumbing.errors import exit_status, fail
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="handout.py", description="Write a copy of the project with exercises left to do.")
     p.add_argument("out", nargs="?", help="a new (or empty) folder for the copy")
-    p.add_argument("numbers", nargs="*", type=int, help="the exercises (default: all)")
+    p.add_argument("numbers", nargs="*", type=at_least(), help="the exercises (default: all)")
     p.add_argument("--list", action="store_true", help="list the exercises")
     p.error = fail
     args = p.parse_args(argv)

@@ -17,6 +17,7 @@ in one line and ends with status 130, the status of Ctrl-C, whichever of the two
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -37,7 +38,11 @@ def plural(n, word):
 
 
 def fail(message):
-    """Report a user's mistake on the command line: one line on stderr, exit status 2."""
+    """Report a user's mistake on the command line: one line on stderr, exit status 2. It is each
+    command's parser's error too: there a flag's type that says what the flag must be (interface/
+    options.py's at_least) reads as every other message, "--top-k must be ...", not argparse's
+    "argument --top-k: must be ..."."""
+    message = re.sub(r"^argument (\S+): (?=must be )", r"\1 ", message)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 

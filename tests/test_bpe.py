@@ -464,6 +464,7 @@ def test_bad_training_input_is_one_line_and_writes_nothing(tmp_path):
     empty.write_text(" \n")
     latin.write_bytes("café".encode("latin-1"))
     for args, message in [((good, "256"), "--vocab-size must be at least 257 (256 bytes and <|endoftext|>), got 256"),
+                          ((good, "many"), "error: --vocab-size must be a whole number, got 'many'"),
                           ((empty, "300"), "empty.txt: is empty"),
                           ((latin, "300"), "latin.txt: is not UTF-8 text"),
                           ((good, "300"), "the text has only enough distinct pairs for 6 merges, not the 43 that "

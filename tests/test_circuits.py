@@ -523,7 +523,9 @@ BAD = [  # argv (after the model) -> the one line it gets
     (["path", *IOI, "--source", "0.1", "--component", "o"], "argument --component: invalid choice: 'o'"),
     (["heads", "--text", "the cat", "--pattern", "copying"], "argument --pattern: invalid choice: 'copying'"),
     (["path", *IOI, "--source", "5.0"], "--source must be a head of the model, layer 0..1 and head 0..1, got 5.0"),
-    (["path", *IOI, "--source", "nine"], "argument --source: 'nine' is not a head: give LAYER.HEAD"),
+    (["path", *IOI, "--source", "nine"], "error: --source must be a head, LAYER.HEAD (e.g. 9.9), got 'nine'"),
+    (["heads", "--text", "random:5", "--pattern", "induction", "--seed", "-1"], "error: --seed must be at least 0, "
+                                                                                "got -1"),
     (["patch", *IOI, "--html", "/no/such/folder/page.html"], "its folder /no/such/folder does not exist"),
     (["patch", "--clean", "", *IOI[2:]], "--clean is empty: give a text"),
     (["heads", "--text", "random:40", "--pattern", "induction"], "--text random:40 is 81 tokens; the model reads at "
