@@ -78,7 +78,7 @@ def parse_args(argv):
     return args
 
 
-SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")  # what beam search, which samples nothing, refuses
+SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")  # what greedy and beam search, sampling nothing, refuse
 PENALTIES = ("repetition_penalty", "no_repeat_ngram_size")
 BEAMS = ("length_penalty", "early_stopping", "num_return_sequences")  # what only beam search reads
 GENERATING = SAMPLING + PENALTIES + BEAMS + ("n_tokens", "greedy", "n_samples", "no_stop", "draft", "draft_tokens",
@@ -111,20 +111,35 @@ def check_flags_agree(args, given):
     if "draft_tokens" in given and "draft" not in given:
         fail("--draft-tokens goes with --draft")
     check_beam_flags(args, given, flag)
+    if "" in args.stop:
+        fail("--stop is empty: give the text to stop at")
+    if args.num_return_sequences > args.num_beams:
+        fail(f"--num-return-sequences {args.num_return_sequences} is more than --num-beams {args.num_beams}: beam "
+             "search returns at most its beams")
+
+
+def check_samples_nothing(args, given, flag, decoding):
+    """Greedy decoding and beam search sample nothing: a flag of sampling beside them is a mistake.
+    (--temperature 0 is greedy's own; --n-samples with greedy is that many copies of one text, as asked.)"""
+    sampling = [d for d in SAMPLING if d in given and not (d == "temperature" and args.temperature == 0)]
+    if sampling:
+        fail(f"{flag(sampling[0])} is for sampling and does not go with {decoding}")
 
 
 def check_beam_flags(args, given, flag):
     """Beam search samples nothing and keeps its own beams: the flags of sampling, of several samples
-    and of speculative decoding are mistakes beside it, and its own flags are mistakes without it."""
+    and of speculative decoding are mistakes beside it, and its own flags are mistakes without it.
+    Greedy decoding (--greedy, --temperature 0) samples nothing either: the same rule holds it."""
     beams = f"--num-beams {args.num_beams} (beam search, which samples nothing)"
     if args.num_beams == 1:
         for dest in BEAMS:
             if dest in given:
                 fail(f"{flag(dest)} goes with --num-beams 2 or more: it is for beam search")
+        if args.greedy or ("temperature" in given and args.temperature == 0):
+            check_samples_nothing(args, given, flag, "--greedy (which samples nothing)" if args.greedy else
+                                  "--temperature 0 (greedy decoding, which samples nothing)")
         return
-    sampling = [d for d in SAMPLING if d in given and not (d == "temperature" and args.temperature == 0)]
-    if sampling:
-        fail(f"{flag(sampling[0])} is for sampling and does not go with {beams}")
+    check_samples_nothing(args, given, flag, beams)
     if args.n_samples > 1:
         fail(f"--n-samples is for sampling; {beams} returns --num-return-sequences sequences")
     if args.draft is not None:

@@ -281,6 +281,15 @@ def test_every_command_that_reads_a_model_names_all_four_sizes_and_the_same_flag
     (["--lens"], "--score, --trace, --lens and --html need a text"),
     (["--top", "0", "hi"], "error: --top must be at least 1, got 0"),
     (["--greedy", "--temperature", "0.7", "hi"], "--greedy is --temperature 0: give one of them"),
+    (["--greedy", "--top-k", "5", "hi"], "error: --top-k is for sampling and does not go with --greedy (which samples "
+                                         "nothing)"),
+    (["--greedy", "--top-p", "0.9", "hi"], "error: --top-p is for sampling and does not go with --greedy"),
+    (["--greedy", "--min-p", "0.1", "hi"], "error: --min-p is for sampling and does not go with --greedy"),
+    (["--greedy", "--seed", "3", "hi"], "error: --seed is for sampling and does not go with --greedy"),
+    (["--temperature", "0", "--seed", "3", "hi"], "error: --seed is for sampling and does not go with --temperature 0 "
+                                                  "(greedy decoding, which samples nothing)"),
+    (["--temperature", "0", "--top-k", "5", "--draft", "lookup", "hi"], "error: --top-k is for sampling and does not "
+                                                                        "go with --temperature 0"),
     (["--lens", "--n-samples", "2", "hi"], "--n-samples is for generating text; --lens reads the text once"),
     (["--score", "--seed", "3", "hi"], "--seed is for generating text; --score reads the text once"),
     (["--top", "3", "--temperature", "0.5", "hi"], "--temperature is for generating text; --top reads"),
@@ -684,12 +693,12 @@ def test_min_p_cuts_each_steps_alternatives(capsys):
     (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size must be at least 0, got -1"),
     (["--min-p", "1.5"], "--min-p must be in [0, 1], got 1.5"),
     (["--min-p", "-0.1"], "--min-p must be in [0, 1]"),
-    (["--stop", ""], "--stop must be texts, none empty"),
+    (["--stop", ""], "error: --stop is empty: give the text to stop at"),
     (["--num-beams", "0"], "error: --num-beams must be at least 1, got 0"),
     (["--num-return-sequences", "0"], "error: --num-return-sequences must be at least 1, got 0"),
     (["--length-penalty", "long"], "error: --length-penalty must be a number, got 'long'"),
-    (["--num-beams", "2", "--num-return-sequences", "3"], "--num-return-sequences must be a whole number from 1 to "
-                                                          "num_beams (2)"),
+    (["--num-beams", "2", "--num-return-sequences", "3"], "error: --num-return-sequences 3 is more than --num-beams 2: "
+                                                          "beam search returns at most its beams"),
     (["--num-beams", "2", "--draft", "lookup"], "--draft and --num-beams 2 (beam search, which samples nothing) do "
                                                 "not combine"),
     (["--num-beams", "2", "--n-samples", "2"], "--n-samples is for sampling; --num-beams 2"),
