@@ -14,7 +14,7 @@ import bpe
 from interface.options import at_least
 from plumbing import corpus
 from plumbing.errors import UserError, exit_status, fail
-from plumbing.folders import check_new_folder
+from plumbing.folders import check_new_folder, in_models_folder
 
 SHOW = str.maketrans({c: f"\\x{c:02x}" for c in list(range(32)) + [127]} | {10: "\\n", 9: "\\t", 13: "\\r"})
 
@@ -68,9 +68,10 @@ def parse_args(argv):
 
 def run_train(args):
     """--train: check --out first, learn the merges, write the two files."""
-    check_new_folder(args.out)
-    merges = bpe.train_vocab(corpus.read_corpus(args.train)[0], args.vocab_size, args.quiet)
-    bpe.write_vocab(args.out, merges)
+    with in_models_folder(args.out):  # --out models/my-vocab on a fresh clone
+        check_new_folder(args.out)
+        merges = bpe.train_vocab(corpus.read_corpus(args.train)[0], args.vocab_size, args.quiet)
+        bpe.write_vocab(args.out, merges)
     print(f"{args.out}: {args.vocab_size} ids ({len(merges)} merges); "
           f"python bpe.py --vocab-dir {args.out} \"text\" uses it")
 

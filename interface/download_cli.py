@@ -12,7 +12,7 @@ import argparse
 import download
 from interface.options import at_least, model_flags
 from plumbing.errors import UserError, exit_status, fail
-from plumbing.fetching import MODELS_DIR_ENV
+from plumbing.folders import MODELS_DIR_ENV
 
 
 def main(argv=None):

@@ -9,6 +9,7 @@ flags' own words, and a whole number from a flag.
 import argparse
 
 from plumbing import shapes
+from plumbing.folders import MODELS_DIR_ENV
 
 SIZES = ", ".join(shapes.SIZES)  # 124M, 355M, 774M, 1558M
 MODEL_HELP = f"{SIZES}, a model folder (OpenAI's or Hugging Face's), or hf:owner/name[@revision] from the Hub"
@@ -28,7 +29,6 @@ def model_flags(parser, positional=False, model_help=MODEL_HELP, base_url=True):
     --models-dir, where the sizes are downloaded; and unless base_url is False, --base-url, a mirror
     of OpenAI's files."""
     import download  # here, not above: bpe.py and handout.py take at_least alone, without requests' start-up
-    from plumbing.fetching import MODELS_DIR_ENV
 
     if positional:
         parser.add_argument("model", metavar="MODEL", help=model_help)

@@ -24,7 +24,7 @@ from interface import loading
 from interface.options import at_least, model_flags, number
 from plumbing import shapes
 from plumbing.errors import UserError, exit_status, fail, given_flags, read_json
-from plumbing.folders import check_new_folder
+from plumbing.folders import check_new_folder, in_models_folder
 from plumbing.memory import available_memory
 
 FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that began from nothing
@@ -203,6 +203,11 @@ def fetched_model(args, recipe, lora):
 
 
 def run(args):
+    with in_models_folder(args.out, args.models_dir):  # --out models/baby on a fresh clone
+        return run_in(args)
+
+
+def run_in(args):
     check_out(args.out, args.resume)
     if args.resume:
         note = resumed_flags(args, read_json(os.path.join(args.out, train.CONFIG_FILE)))

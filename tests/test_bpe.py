@@ -311,9 +311,9 @@ def test_missing_vocabulary_folder(tmp_path):
 
 # --- command line -------------------------------------------------------------------------
 
-def run_bpe(*args):
+def run_bpe(*args, env=None):
     return subprocess.run([sys.executable, os.path.join(ROOT, "bpe.py"), *args],
-                          capture_output=True, text=True, encoding="utf-8")
+                          capture_output=True, text=True, encoding="utf-8", env={**os.environ, **(env or {})})
 
 
 def test_cli_shows_tokens_and_ids():
@@ -568,3 +568,14 @@ def test_ctrl_c_during_training_is_one_line_and_exit_130(tmp_path, stop, said):
     stdout, stderr = p.communicate(timeout=60)
     assert p.returncode == 130 and stderr == said + "\n" and stdout == "", stderr
     assert not out.exists() and not [f for f in os.listdir(tmp_path) if f.startswith(".writing-")]
+
+
+def test_train_out_in_a_models_folder_not_yet_made_makes_it(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("abab abab cdcd " * 20, encoding="utf-8")
+    models = tmp_path / "models"
+    r = run_bpe("--train", str(text), "--vocab-size", "260", "--out", str(models / "vocab"), "--quiet",
+                env={"GPT2_MODELS_DIR": str(models)})
+    assert r.returncode == 0 and sorted(os.listdir(models / "vocab")) == ["encoder.json", "vocab.bpe"], r.stderr
+    r = run_bpe("--train", str(text), "--vocab-size", "260", "--out", str(tmp_path / "no" / "vocab"), "--quiet")
+    assert r.returncode == 2 and "no does not exist" in r.stderr and not (tmp_path / "no").exists(), r.stderr

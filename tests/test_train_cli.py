@@ -95,3 +95,16 @@ def test_help_names_no_default_of_none_and_one_for_warmup():
     assert "from scratch, if not given: data/tinyshakespeare.txt" in text
     assert "--warmup WARMUP steps of linear warm-up (default: a tenth of --steps, at most 20) --weight-decay" in text
     assert "(default: 256, or the model's n_ctx if it has fewer positions)" in text
+
+
+def test_out_in_a_models_folder_not_yet_made_makes_it(tiny_model, corpus, tmp_path):
+    """The README's --out models/baby on a fresh clone: the models folder is made (here $GPT2_MODELS_DIR's);
+    a run that fails takes it away again; another missing parent is still refused."""
+    models = tmp_path / "models"
+    env = {"GPT2_MODELS_DIR": str(models)}
+    r = run_train(*train_args(tiny_model, tmp_path / "missing.txt", models / "baby"), env=env)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and not models.exists(), r.stderr
+    r = run_train(*train_args(tiny_model, corpus, tmp_path / "runs" / "baby", "--steps", "2"), env=env)
+    assert r.returncode == 2 and "runs does not exist" in r.stderr and not (tmp_path / "runs").exists(), r.stderr
+    r = run_train(*train_args(tiny_model, corpus, models / "baby", "--steps", "2"), env=env)
+    assert r.returncode == 0 and os.listdir(models) == ["baby"], r.stderr
