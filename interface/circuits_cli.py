@@ -186,10 +186,16 @@ def column_label(text, width=10):
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def number_cell(value, width=10):
+    """A table's value to 3 decimals, and never -0.000 (what rounds to 0 is 0); a cell not measured (None) blank."""
+    return " " * width if value is None else f"{round(value, 3) + 0.0:>{width}.3f}"
+
+
 def grid(values, rows, columns, width=10):
-    """A table: one row a label, one column a label, values to 3 decimals."""
-    lines = [" " * 8 + "".join(f"{column_label(c, width - 1):>{width}}" for c in columns)]
-    lines += [f"{r:<8}" + "".join(f"{v:>{width}.3f}" for v in row) for r, row in zip(rows, values)]
+    """A table: one row a label (its column as wide as the longest), one column a label, values to 3 decimals."""
+    label = max(8, *(len(r) + 2 for r in rows))
+    lines = [" " * label + "".join(f"{column_label(c, width - 1):>{width}}" for c in columns)]
+    lines += [f"{r:<{label}}" + "".join(number_cell(v, width) for v in row) for r, row in zip(rows, values)]
     return lines
 
 

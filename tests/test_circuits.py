@@ -513,6 +513,16 @@ def test_the_pages_colours_are_white_at_the_centre_and_full_at_the_largest_dista
     assert circuits_page.colour(7.0, center=0.0, scale=0.0) == "rgb(255,255,255)"  # all values alike
 
 
+def test_a_tables_columns_line_up_and_it_shows_no_negative_zero(capsys):
+    """DLA's labels (0_attn_out) are wider than the 8 a layer's take: the column widens. A normalized value that
+    rounds to 0 is 0.000, not -0.000."""
+    code, out, err = cli(capsys, "dla", *CLEAN_ONLY, "--model", TINY)
+    rows = out.splitlines()[2:-1]  # the column's header, then a row a part
+    assert code == 0 and rows[3].startswith("0_attn_out ") and len({len(row) for row in rows}) == 1, out
+    code, out, err = cli(capsys, "patch", *IOI, "--normalized", "--model", TINY)
+    assert code == 0 and "-0.000" not in out and "     0.000" in out, out
+
+
 BAD = [  # argv (after the model) -> the one line it gets
     (["patch", *IOI[:5], " Mary Ann", "--wrong", " John"], "--answer ' Mary Ann' is 2 tokens (' Mary', ' Ann'): an "
                                                             "answer must be one token"),
