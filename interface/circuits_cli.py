@@ -293,13 +293,20 @@ def run_attribution(args, encoder, params, hparams):
 
 
 def run_path(args, encoder, params, hparams):
+    layer, head = args.source
+    if layer == hparams["n_layer"] - 1 and head < hparams["n_head"]:
+        choose = f"choose a head in a layer before {layer}" if layer else "this model has no other"
+        raise UserError(f"--source {layer}.{head} is in the last layer: no head comes after it for its change to "
+                        f"reach; {choose}")
     clean, corrupted, answer, wrong = pair(args, encoder, hparams)
     clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong)
     values = circuits.path_patch(params, hparams, clean, corrupted, answer, wrong, args.source, args.component)
-    layer, head = args.source
-    return result(token_texts(encoder, clean[0]), values.tolist(),
-                  f"head {layer}.{head}'s change into each later head's {args.component} alone (the metric; 0 up to "
-                  f"layer {layer})", (layer_labels(hparams), head_labels(hparams), values.tolist(), corrupted_metric),
+    # the layers up to the source's are never patched (path_patch's 0s): not measured, so None, not 0
+    values = [[None] * hparams["n_head"] if i <= layer else row for i, row in enumerate(values.tolist())]
+    return result(token_texts(encoder, clean[0]), values,
+                  f"head {layer}.{head}'s change into each later head's {args.component} alone (the metric; blank "
+                  f"up to layer {layer}, the source's: not measured)",
+                  (layer_labels(hparams), head_labels(hparams), values, corrupted_metric),
                   [metrics_line(clean_metric, corrupted_metric)], clean=clean_metric, corrupted=corrupted_metric)
 
 
