@@ -113,6 +113,9 @@ def parse_args(argv):
     for flag in ("clean", "corrupted", "text"):
         if getattr(args, flag, None) == "":
             fail(f"--{flag} is empty: give a text")
+    if getattr(args, "answer", "") and args.answer == args.wrong:
+        fail(f"--answer and --wrong are the same token, {args.answer!r}: its logit difference with itself is always 0; "
+             "give two different answers")
     if getattr(args, "all_positions", False) and args.site != "head":
         fail(f"--all-positions goes with --site head (--site {args.site} patches one cell at a time as it is)")
     if args.html:

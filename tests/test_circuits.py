@@ -565,6 +565,9 @@ BAD = [  # argv (after the model) -> the one line it gets
                                                        "at most 64"),
     (["patch", *IOI[:2], "--corrupted", IOI[1], *IOI[4:], "--normalized"], "give the same metric"),
     (["patch", *IOI, "--all-positions"], "--all-positions goes with --site head"),
+    (["dla", *CLEAN_ONLY[:-1], " Mary"], "error: --answer and --wrong are the same token, ' Mary': its logit "
+                                         "difference with itself is always 0"),
+    (["patch", *IOI[:-1], " Mary", "--normalized"], "--answer and --wrong are the same token"),
 ]
 
 
