@@ -47,7 +47,7 @@ from itertools import chain
 import regex
 
 from plumbing import corpus
-from plumbing.errors import UserError
+from plumbing.errors import UserError, plural
 from plumbing.folders import check_new_folder, whole_folder
 from plumbing.progress import EVERY, progress
 from plumbing.shapes import TOKENIZER_FILES
@@ -511,7 +511,7 @@ def train_vocab(text, vocab_size, quiet=True):
     with merge_progress(min(wanted, most), quiet) as on_merge:
         merges = train_merges_fast(text, wanted, on_merge=on_merge)
     if len(merges) < wanted:
-        raise UserError(f"the text has only enough distinct pairs for {len(merges):,} merges, not the {wanted:,} that "
+        raise UserError(f"the text has only enough distinct pairs for {plural(len(merges), 'merge', ',')}, not the {wanted:,} that "
                         f"--vocab-size {vocab_size} asks for: use --vocab-size {257 + len(merges)} or more text")
     twice = spelled_twice(merges)
     if twice is not None:
@@ -530,7 +530,7 @@ def merge_progress(total, quiet, every=EVERY):
     and then a plain line every `every` seconds; nothing when quiet."""
     with progress(total, "merge", quiet=quiet, every=every) as bar:
         if not quiet and not sys.stderr.isatty():
-            print(f"learning up to {total:,} merges", file=sys.stderr, flush=True)
+            print(f"learning up to {plural(total, 'merge', ',')}", file=sys.stderr, flush=True)
         yield lambda k: bar.update(1)
 
 

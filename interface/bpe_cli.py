@@ -13,7 +13,7 @@ import sys
 import bpe
 from interface.options import at_least
 from plumbing import corpus
-from plumbing.errors import UserError, exit_status, fail
+from plumbing.errors import UserError, exit_status, fail, plural
 from plumbing.folders import check_new_folder, in_models_folder
 
 SHOW = str.maketrans({c: f"\\x{c:02x}" for c in list(range(32)) + [127]} | {10: "\\n", 9: "\\t", 13: "\\r"})
@@ -34,7 +34,7 @@ def show_steps(enc, text):
     lines = []
     for piece in bpe.PRETOKENIZE.findall(text):
         ids = [enc.byte_ids[b] for b in piece.encode("utf-8")]
-        lines.append(f"piece {piece!r}: {len(ids)} bytes")  # repr escapes control characters, once
+        lines.append(f"piece {piece!r}: {plural(len(ids), 'byte')}")  # repr escapes control characters, once
         lines.append(f"  start    {show_tokens(enc, ids)}")
         while (merged := enc.merge_once(ids)) is not None:
             ids = merged
@@ -72,7 +72,7 @@ def run_train(args):
         check_new_folder(args.out)
         merges = bpe.train_vocab(corpus.read_corpus(args.train)[0], args.vocab_size, args.quiet)
         bpe.write_vocab(args.out, merges)
-    print(f"{args.out}: {args.vocab_size} ids ({len(merges)} merges); "
+    print(f"{args.out}: {args.vocab_size} ids ({plural(len(merges), 'merge')}); "
           f"python bpe.py --vocab-dir {args.out} \"text\" uses it")
 
 

@@ -422,7 +422,7 @@ def run_score(args, encoder, hparams, params):
     for i, token in enumerate(ids):
         lp = "" if i == 0 else f"{logprobs[i - 1]:10.4f}"
         print(f"{quoted_token(encoder, token):<20}{token:>7}{lp:>10}")
-    print(f"loss {loss:.4f} nats/token over {len(ids) - 1} predictions, perplexity {perplexity:.2f}")
+    print(f"loss {loss:.4f} nats/token over {plural(len(ids) - 1, 'prediction')}, perplexity {perplexity:.2f}")
 
 
 # ----------------------------------------------------------------------------

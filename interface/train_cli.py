@@ -23,7 +23,7 @@ import train
 from interface import loading
 from interface.options import at_least, model_flags, number
 from plumbing import shapes
-from plumbing.errors import UserError, exit_status, fail, given_flags, read_json
+from plumbing.errors import UserError, exit_status, fail, given_flags, plural, read_json
 from plumbing.folders import check_new_folder, in_models_folder
 from plumbing.memory import available_memory
 
@@ -223,7 +223,7 @@ def run_in(args):
                              base=lambda: fetched_model(args, recipe, lora), new=new, lora=lora, resume=args.resume,
                              vocab_dir=os.path.join(scratch, "vocab"), quiet=args.quiet)
         if ready["state"]["step"] >= recipe["steps"]:
-            print(f"{args.out}: already trained for {ready['state']['step']} steps, nothing to do (a larger --steps "
+            print(f"{args.out}: already trained for {plural(ready['state']['step'], 'step')}, nothing to do (a larger --steps "
                   "goes on)")
             return 0
         code = train.train(ready, args.out, saved_flags(args, ready), quiet=args.quiet)

@@ -32,9 +32,9 @@ class UserError(ValueError):
         super().__init__(f"{arg} {message}" if arg else f"{path}: {message}" if path else message)
 
 
-def plural(n, word):
-    """'1 token', '2 tokens': a count in a message, as a reader says it."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def plural(n, word, spec=""):
+    """'1 token', '2 tokens': a count in a message, as a reader says it (spec ",": '1,181 tokens')."""
+    return f"{n:{spec}} {word}{'' if n == 1 else 's'}"
 
 
 def fail(message):

@@ -579,3 +579,10 @@ def test_train_out_in_a_models_folder_not_yet_made_makes_it(tmp_path):
     assert r.returncode == 0 and sorted(os.listdir(models / "vocab")) == ["encoder.json", "vocab.bpe"], r.stderr
     r = run_bpe("--train", str(text), "--vocab-size", "260", "--out", str(tmp_path / "no" / "vocab"), "--quiet")
     assert r.returncode == 2 and "no does not exist" in r.stderr and not (tmp_path / "no").exists(), r.stderr
+
+
+def test_steps_say_one_byte_in_the_singular(encoder):
+    from interface.bpe_cli import show_steps
+
+    assert show_steps(encoder, "a b").splitlines()[0] == "piece 'a': 1 byte"
+    assert show_steps(encoder, "a b").splitlines()[3] == "piece ' b': 2 bytes"

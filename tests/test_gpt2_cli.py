@@ -737,3 +737,8 @@ def test_ctrl_c_during_beam_search_exits_130(monkeypatch, capsys):
 def test_a_stop_string_ends_speculative_decoding_where_it_ends_plain_decoding(capsys):
     args = (ROMEO, "--model", TRAINED, "--greedy", "--n-tokens", "16", "--stop", " bei")
     assert run_here(capsys, *args, "--draft", "lookup") == run_here(capsys, *args)
+
+
+def test_counts_of_one_are_said_in_the_singular(capsys):
+    status, out, err = run_here(capsys, "The cat", "--model", HF_TINY, "--score")
+    assert status == 0 and "nats/token over 1 prediction, perplexity" in out, out
