@@ -140,6 +140,8 @@ def check_beam_flags(args, given, flag):
                                   "--temperature 0 (greedy decoding, which samples nothing)")
         return
     check_samples_nothing(args, given, flag, beams)
+    if args.n_tokens == 0:
+        fail(f"--n-tokens must be at least 1 for {beams}: the beams are the new tokens")
     if args.n_samples > 1:
         fail(f"--n-samples is for sampling; {beams} returns --num-return-sequences sequences")
     if args.draft is not None:
@@ -251,9 +253,13 @@ def start_ids(args, encoder):
     ids = encoder.encode(args.prompt)
     if not ids and encoder.eot is None:
         raise UserError("this vocabulary has no <|endoftext|> to start from: give a prompt")
-    if not ids and not args.quiet and not args.json:
-        print("no prompt: sampling unconditionally, after <|endoftext|>", file=sys.stderr)
     return ids or [encoder.eot]
+
+
+def say_unconditional(args):
+    """An empty prompt's note, once the request is checked (a mistake is its one line alone)."""
+    if not args.prompt and not args.quiet and not args.json:
+        print("no prompt: sampling unconditionally, after <|endoftext|>", file=sys.stderr)
 
 
 def run_generate(args, encoder, hparams, params):
@@ -324,8 +330,9 @@ def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop, draft=No
         steps = speculative.generate_with_draft(prompt_ids, params, hparams, draft, args.draft_tokens, args.n_tokens,
                                                 args.temperature, args.top_k, args.top_p, args.seed, stop,
                                                 watch=watching, counts=draft_counts)
+    say_unconditional(args)  # generate has checked the settings: nothing was printed before a mistake
     stream = args.n_samples == 1 and not args.json
-    if stream:  # generate has checked the settings: nothing was printed before a mistake
+    if stream:
         print(args.prompt, end="", flush=True)
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
     stop_strings = [s.encode() for s in args.stop]
@@ -388,6 +395,8 @@ def run_beams(args, encoder, hparams, params):
     """--num-beams K: beam_search's best --num-return-sequences sequences, printed whole at the end."""
     prompt_ids = start_ids(args, encoder)
     stop = None if args.no_stop else encoder.eot
+    g.checked_prompt(prompt_ids, params, hparams, args.n_tokens, stop)  # before the note: a mistake is one line
+    say_unconditional(args)
     start = time.perf_counter()
     best = beam_search.beam_search(prompt_ids, params, hparams, args.n_tokens, args.num_beams, args.length_penalty,
                                    args.early_stopping, args.num_return_sequences, stop, args.stop,
@@ -496,6 +505,7 @@ def top_entries(encoder, probs, k):
 
 def run_top(args, encoder, hparams, params):
     ids = start_ids(args, encoder)
+    say_unconditional(args)
     logits = g.gpt2(ids, params, hparams, last_only=True)[-1]
     top, probs, logprobs = look_inside.next_token_table(logits, args.top)
     print(f"after {plural(len(ids), 'token')}, ...{quoted_token(encoder, ids[-1])}:")

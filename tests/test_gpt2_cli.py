@@ -742,3 +742,15 @@ def test_a_stop_string_ends_speculative_decoding_where_it_ends_plain_decoding(ca
 def test_counts_of_one_are_said_in_the_singular(capsys):
     status, out, err = run_here(capsys, "The cat", "--model", HF_TINY, "--score")
     assert status == 0 and "nats/token over 1 prediction, perplexity" in out, out
+
+
+@pytest.mark.parametrize("flags", [["--n-tokens", "64"], ["--n-tokens", "64", "--num-beams", "2"],
+                                   ["--n-tokens", "64", "--draft", "lookup"], ["--n-tokens", "0", "--num-beams", "2"]])
+def test_an_empty_prompt_that_cannot_be_is_its_error_alone(capsys, flags):
+    """Checked first, then said: no "no prompt" note before the error (64 is the tiny model's whole context)."""
+    try:
+        status = gpt2_cli.main(["", "--model", HF_TINY, *flags])
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: "), err
