@@ -586,3 +586,30 @@ def test_steps_say_one_byte_in_the_singular(encoder):
 
     assert show_steps(encoder, "a b").splitlines()[0] == "piece 'a': 1 byte"
     assert show_steps(encoder, "a b").splitlines()[3] == "piece ' b': 2 bytes"
+
+
+def test_merges_promise_no_time_left(capsys, monkeypatch):
+    """The first merges cost the most: an estimate from their rate said 129 s left of a 4 s run. A log's lines
+    and a terminal's bar show the merges' count, time and rate, and no time left; a training step's still do."""
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    with bpe.merge_progress(3, quiet=False, every=0) as on_merge:
+        on_merge(0)
+    log = capsys.readouterr().err
+    assert "merge 1/3 (33%), " in log and " left" not in log, log
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    with bpe.merge_progress(3, quiet=False) as on_merge:
+        for k in range(3):
+            on_merge(k)
+    bar = sys.stderr.getvalue()
+    assert "3/3 [" in bar and "<" not in bar, bar  # tqdm's [elapsed<remaining], without the remaining
+    from plumbing.progress import progress
+
+    steps = Terminal()
+    with progress(3, "step", file=steps) as bar:
+        bar.update(3)
+    assert "<" in steps.getvalue()
