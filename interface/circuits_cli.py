@@ -22,7 +22,7 @@ import numpy as np
 
 import circuits
 from interface import loading
-from interface.options import at_least, model_flags, user_message
+from interface.options import at_least, check_page_folder, model_flags, user_message
 from plumbing.errors import UserError, exit_status, fail
 
 RANDOM = "random:"  # --text random:N: N random ids said twice
@@ -119,9 +119,7 @@ def parse_args(argv):
     if getattr(args, "all_positions", False) and args.site != "head":
         fail(f"--all-positions goes with --site head (--site {args.site} patches one cell at a time as it is)")
     if args.html:
-        folder = os.path.dirname(os.path.abspath(args.html))
-        if not os.path.isdir(folder):
-            fail(f"{args.html}: its folder {folder} does not exist")
+        check_page_folder(args.html)
     return args
 
 

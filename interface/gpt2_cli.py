@@ -28,7 +28,7 @@ import parameters
 import speculative
 from interface import loading
 from interface.bpe_cli import shown_token
-from interface.options import at_least, model_flags, number, user_message
+from interface.options import at_least, check_page_folder, model_flags, number, user_message
 from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
@@ -75,6 +75,8 @@ def parse_args(argv):
         fail("--score, --trace, --lens and --html need a text")
     if args.draft is not None:
         check_draft_flags(args, given_flags(p, argv))
+    if args.html:
+        check_page_folder(args.html)
     return args
 
 

@@ -5,10 +5,13 @@ flags' own words, and a whole number from a flag.
     user_message(e)        a UserError about the Python API's top_k, as the command line's --top-k
     at_least(1)            an argparse type: a whole number no smaller than 1 ("--num-beams must be at least 1, got 0")
     number                 an argparse type: a number ("--top-p must be a number, got 'x'")
+    check_page_folder(f)   --html FILE's folder is there, before any work
 """
 import argparse
+import os
 
 from plumbing import shapes
+from plumbing.errors import fail
 from plumbing.folders import MODELS_DIR_ENV
 
 SIZES = ", ".join(shapes.SIZES)  # 124M, 355M, 774M, 1558M
@@ -68,3 +71,11 @@ def number(text):
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
+def check_page_folder(path):
+    """--html FILE: its folder must be there (a page is not a model: no folder is made for it), said
+    before any work rather than once the page is ready to write."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        fail(f"{path}: its folder {folder} does not exist")

@@ -294,6 +294,8 @@ def test_every_command_that_reads_a_model_names_all_four_sizes_and_the_same_flag
     (["--score", "--seed", "3", "hi"], "--seed is for generating text; --score reads the text once"),
     (["--top", "3", "--temperature", "0.5", "hi"], "--temperature is for generating text; --top reads"),
     (["--trace-block", "1", "hi"], "--trace-block goes with --trace"),
+    (["--html", "/no/such/folder/page.html", "hi"], "error: /no/such/folder/page.html: its folder /no/such/folder does "
+                                                    "not exist"),  # before the model loads
     (["--model", os.path.join(ROOT, "README.md"), "hi"], "README.md: is not a folder: --model takes a model folder"),
 ])
 def test_bad_arguments(args, message):
