@@ -511,8 +511,9 @@ def train_vocab(text, vocab_size, quiet=True):
     with merge_progress(min(wanted, most), quiet) as on_merge:
         merges = train_merges_fast(text, wanted, on_merge=on_merge)
     if len(merges) < wanted:
-        raise UserError(f"the text has only enough distinct pairs for {plural(len(merges), 'merge', ',')}, not the {wanted:,} that "
-                        f"--vocab-size {vocab_size} asks for: use --vocab-size {257 + len(merges)} or more text")
+        raise UserError(f"the text has only enough distinct pairs for {plural(len(merges), 'merge', ',')}, not the "
+                        f"{wanted:,} that --vocab-size {vocab_size} asks for: use --vocab-size {257 + len(merges)} or "
+                        "more text")
     twice = spelled_twice(merges)
     if twice is not None:
         raise UserError(f"merge {twice + 1} spells {merged_bytes(merges)[256 + twice]!r} a second time, which "

@@ -454,8 +454,9 @@ def split_data(encoder, documents, examples, recipe):
     if examples is None:
         return text_ids(encoder, documents, recipe["val_fraction"], recipe["context"])
     train_rows, val_rows, cut = example_rows(encoder, examples, recipe["val_fraction"], recipe["context"])
-    print(f"instruction data: {plural(len(examples), 'example', ',')}, {len(val_rows):,} held out for validation; {cut:,} longer "
-          f"than --context {recipe['context']} + 1 tokens, cut to fit (the prompt's first tokens dropped first)")
+    print(f"instruction data: {plural(len(examples), 'example', ',')}, {len(val_rows):,} held out for validation; "
+          f"{cut:,} longer than --context {recipe['context']} + 1 tokens, cut to fit (the prompt's first tokens "
+          "dropped first)")
     return train_rows, val_rows
 
 

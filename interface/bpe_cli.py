@@ -55,8 +55,8 @@ def parse_args(argv):
                         help="folder with encoder.json and vocab.bpe (default: the copy in data/gpt2-vocab)")
     parser.add_argument("--train", nargs="+", metavar="FILE", help="learn a vocabulary from these documents: UTF-8 "
                                                                    ".txt files, folders of them, .jsonl files")
-    parser.add_argument("--vocab-size", type=at_least(257, " (256 bytes and <|endoftext|>)"), help="with --train: ids in all (256 bytes, the merges, "
-                                                       "<|endoftext|>; GPT-2 has 50257)")
+    parser.add_argument("--vocab-size", type=at_least(257, " (256 bytes and <|endoftext|>)"),
+                        help="with --train: ids in all (256 bytes, the merges, <|endoftext|>; GPT-2 has 50257)")
     parser.add_argument("--out", help="with --train: a new folder for encoder.json and vocab.bpe")
     parser.add_argument("--quiet", action="store_true", help="with --train: no progress")
     parser.error = fail

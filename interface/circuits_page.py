@@ -55,7 +55,8 @@ PAGE = """<!DOCTYPE html>
           font-family: ui-monospace, monospace; white-space: pre; background: #f7f7f7; }}
   table {{ border-collapse: collapse; margin-top: 14px; }}
   td, th {{ padding: 3px 6px; font-size: 12px; text-align: right; font-family: ui-monospace, monospace; }}
-  td {{ border: 1px solid #fff; min-width: 42px; }} td.none {{ background: #f7f7f7; }} th {{ font-weight: normal; color: #555; white-space: pre; }}
+  td {{ border: 1px solid #fff; min-width: 42px; }} th {{ font-weight: normal; color: #555; white-space: pre; }}
+  td.none {{ background: #f7f7f7; }}
 </style>
 </head>
 <body>

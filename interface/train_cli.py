@@ -223,8 +223,8 @@ def run_in(args):
                              base=lambda: fetched_model(args, recipe, lora), new=new, lora=lora, resume=args.resume,
                              vocab_dir=os.path.join(scratch, "vocab"), quiet=args.quiet)
         if ready["state"]["step"] >= recipe["steps"]:
-            print(f"{args.out}: already trained for {plural(ready['state']['step'], 'step')}, nothing to do (a larger --steps "
-                  "goes on)")
+            print(f"{args.out}: already trained for {plural(ready['state']['step'], 'step')}, nothing to do (a larger "
+                  "--steps goes on)")
             return 0
         code = train.train(ready, args.out, saved_flags(args, ready), quiet=args.quiet)
     if code == 0:

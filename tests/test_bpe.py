@@ -357,7 +357,7 @@ def test_cli_errors_are_one_line_and_exit_2(args, message):
 
 def test_cli_shows_a_newline_escaped_once():
     r = run_bpe("--steps", "a\nb")
-    assert r.returncode == 0 and "piece '\\n': 1 bytes" in r.stdout.splitlines()
+    assert r.returncode == 0 and "piece '\\n': 1 byte" in r.stdout.splitlines()
     assert run_bpe("a\n\tb").stdout.splitlines()[0] == "a|\\n|\\t|b"
 
 

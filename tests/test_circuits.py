@@ -460,7 +460,8 @@ def test_each_command_gives_the_experiments_numbers(models, capsys):
                                circuits.attribution(params, hp, clean, corrupted, answer, wrong, "mlp_out"))
     out = cli_json(capsys, "path", *IOI, "--source", "0.1", "--component", "v")["values"]
     assert out[0] == [None, None]  # layer 0, the source's, is not measured
-    np.testing.assert_allclose(out[1:], circuits.path_patch(params, hp, clean, corrupted, answer, wrong, (0, 1), "v")[1:])
+    patched = circuits.path_patch(params, hp, clean, corrupted, answer, wrong, (0, 1), "v")
+    np.testing.assert_allclose(out[1:], patched[1:])
     out = cli_json(capsys, "heads", "--text", "random:12", "--pattern", "induction", "--seed", "0")
     ids = circuits.repeated_random_tokens(12, 50257, 50256, seed=0)
     np.testing.assert_allclose(out["values"], circuits.head_scores(params, hp, ids, "induction"))
