@@ -530,7 +530,7 @@ def merge_progress(total, quiet, every=EVERY):
     command shows progress (plumbing/progress.py): a bar on a terminal; in a log, a first line
     and then a plain line every `every` seconds; nothing when quiet."""
     # no time left: the first merges, of the most frequent pairs, cost the most (on tiny Shakespeare, 767 merges:
-    # the first tenth take half the time), so their rate so far would promise 8 to 150 times the time left
+    # the first tenth take half the time), so their rate so far would promise 7 to 170 times the time left
     with progress(total, "merge", quiet=quiet, every=every, estimate=False) as bar:
         if not quiet and not sys.stderr.isatty():
             print(f"learning up to {plural(total, 'merge', ',')}", file=sys.stderr, flush=True)
