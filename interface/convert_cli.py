@@ -14,7 +14,7 @@ import convert
 from interface import loading
 from interface.options import model_flags
 from plumbing.errors import exit_status, fail
-from plumbing.folders import check_new_folder
+from plumbing.folders import check_new_folder, in_models_folder
 
 
 def main(argv=None):
@@ -33,7 +33,8 @@ def main(argv=None):
 
 
 def run(args):
-    check_new_folder(args.out, advice="choose a new folder for OUT", empty_ok=False)  # before any download
-    folder = loading.fetch_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
-    out = convert.convert(folder, args.out, args.to)
+    with in_models_folder(args.out, args.models_dir):  # OUT models/124M-hf on a fresh clone
+        check_new_folder(args.out, advice="choose a new folder for OUT", empty_ok=False)  # before any download
+        folder = loading.fetch_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+        out = convert.convert(folder, args.out, args.to)
     print(f"wrote {out}: {args.model} in {convert.FORMATS[args.to]} format")
