@@ -113,7 +113,7 @@ def load_hf_folder(folder):
             head = array
         elif "transformer." + short in ours:
             flat[ours["transformer." + short]] = array
-        elif not is_mask_buffer(short):
+        elif short != "score.weight" and not is_mask_buffer(short):  # a classifier's head: classifier_files.py
             unexpected.append(name)
     want = shapes.tensor_shapes(hp)
     for problem, names in (("missing", [hf_name(n) for n in want if n not in flat]), ("unexpected", sorted(unexpected))):
