@@ -774,7 +774,8 @@ def save(folder, run, config):
         extra |= classifier_files.head_files(params["score"], data["labels"], data["pad_id"])
         params = {k: v for k, v in params.items() if k != "score"}  # the checkpoint is GPT-2's tensors alone
     if lora:
-        extra |= peft_adapter.adapter_files(lora["adapters"], lora["alpha"], lora["targets"], lora["base"])
+        extra |= peft_adapter.adapter_files(lora["adapters"], lora["alpha"], lora["targets"], lora["base"],
+                                            run["params"].get("score"))
         params = merged_model(params)
     write_checkpoint(folder, params, run["hparams"], vocab_dir=run["vocab_dir"], extra=extra)
 

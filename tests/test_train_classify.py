@@ -158,3 +158,62 @@ def test_val_fraction_0_is_allowed_for_instruction_data(tiny_lm, tmp_path):
     out = tmp_path / "out"
     assert run(tiny_lm, pairs, out, "--val-fraction", "0", "--batch-size", "1") == 0
     assert [line["step"] for line in read_log(out)] == [1, 2, 3, 4]
+
+
+# --- folders: Hugging Face's, both ways, and PEFT's adapter --------------------------------------
+
+def sha256(path):
+    import hashlib
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def our_logits(folder):
+    from plumbing.weights import load_weights
+    import classify
+    hp, params = load_weights(str(folder))
+    head = classifier_files.read_head(str(folder), hp["n_embd"])
+    return classify.classifier_logits(GOLDEN["batch/ids"], params | {"score": head["score"]}, hp, head["pad_id"]), head
+
+
+def test_convert_writes_a_classifier_transformers_loads_with_the_same_logits_and_back(golden_classifier, tmp_path):
+    import convert
+    hf = tmp_path / "hf"
+    convert.convert(golden_classifier, str(hf), "hf")
+    assert [sha256(hf / name) for name in ("config.json", "model.safetensors")] == GOLDEN["hf_folder/sha256"].tolist()
+    config = json.loads((hf / "config.json").read_text())
+    assert config["architectures"] == ["GPT2ForSequenceClassification"] and config["num_labels"] == 3
+    assert config["id2label"] == {"0": "ham", "1": "other", "2": "spam"} and config["label2id"]["spam"] == 2
+    assert config["pad_token_id"] == PAD == int(GOLDEN["hf_folder/pad_token_id"])
+    logits, head = our_logits(hf)  # read back by the project: transformers' logits, within 1e-5 of the largest
+    scale = float(np.abs(GOLDEN["hf_folder/logits"]).max())
+    np.testing.assert_allclose(logits, GOLDEN["hf_folder/logits"], rtol=0, atol=1e-5 * scale)
+    assert head["labels"] == GOLDEN["hf_folder/id2label"].tolist()
+    back = tmp_path / "back"
+    convert.convert(str(hf), str(back), "openai")
+    for name in ("model.ckpt.data-00000-of-00001", "score.npy", "classifier.json"):
+        assert (back / name).read_bytes() == open(os.path.join(golden_classifier, name), "rb").read(), name
+
+
+def test_whole_number_labels_go_to_hugging_face_as_digits_and_come_back_as_numbers(tiny_lm, tmp_path):
+    import convert
+    out = tmp_path / "digits"
+    assert run(tiny_lm, labelled(tmp_path / "l.jsonl", [(t, int(label == "spam")) for t, label in SPAM]), out,
+               "--steps", "1") == 0
+    convert.convert(str(out), str(tmp_path / "hf"), "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["id2label"] == {"0": "0", "1": "1"}
+    assert classifier_files.read_head(str(tmp_path / "hf"), 8)["labels"] == [0, 1]
+
+
+def test_peft_loads_a_lora_classifiers_adapter_with_the_same_logits(tiny_lm, tmp_path):
+    """PEFT's task_type SEQ_CLS: the adapters and the whole score (modules_to_save), which PEFT put on
+    transformers' GPT2ForSequenceClassification and gave these logits (make_classify_golden.py)."""
+    data = labelled(tmp_path / "l.jsonl", [(str(t), str(label)) for t, label in zip(GOLDEN["texts"],
+                                                                                   GOLDEN["text_labels"])])
+    out = tmp_path / "lora"
+    assert train_cli.main(["--model", tiny_lm, "--data", data, "--out", str(out), "--batch-size", "4", "--steps", "3",
+                           "--lr", "1e-2", "--lora-rank", "2", "--val-fraction", "0", "--quiet"]) == 0
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["task_type"] == "SEQ_CLS" and config["modules_to_save"] == ["score"]
+    logits, _ = our_logits(out)  # the merged model and its head
+    scale = float(np.abs(GOLDEN["lora/logits"]).max())
+    np.testing.assert_allclose(logits, GOLDEN["lora/logits"], rtol=0, atol=1e-5 * scale)
