@@ -121,3 +121,27 @@ def classifier_loss_and_grads(ids, labels, params, hparams, pad_id, p_drop=0.0, 
                            p_drop, frozen)  # the tied output layer is not used: wte's gradient is the gather's
     accuracy = float(np.mean(logits.argmax(axis=-1) == labels))
     return label_loss(logits, labels), grads | {"score": dlogits.T @ h}, accuracy
+
+
+# ============================================================================
+# 4. Using it
+# ============================================================================
+
+def text_ids(encoder, text, n_ctx):
+    """A text's ids as the classifier reads them: <|endoftext|> written in it is the special id, nothing is
+    appended, and a text longer than the context keeps its first n_ctx tokens (as training cuts it)."""
+    return encoder.encode(text, allowed_special="all")[:n_ctx]
+
+
+def classify_texts(texts, encoder, params, hparams, pad_id, batch_size=8):
+    """Each text's logits over the labels, [N, K]: batches of batch_size texts, padded on the right with
+    the pad id (the pooling finds each text's end; the causal mask hides the pads from it)."""
+    rows = [text_ids(encoder, text, hparams["n_ctx"]) for text in texts]
+    out = []
+    for start in range(0, len(rows), batch_size):
+        part = rows[start:start + batch_size]
+        ids = np.full((len(part), max(len(r) for r in part)), pad_id, np.int64)
+        for b, r in enumerate(part):
+            ids[b, :len(r)] = r
+        out.append(classifier_logits(ids, params, hparams, pad_id))
+    return np.concatenate(out) if out else np.zeros((0, len(params["score"])), np.float32)

@@ -217,3 +217,54 @@ def test_peft_loads_a_lora_classifiers_adapter_with_the_same_logits(tiny_lm, tmp
     logits, _ = our_logits(out)  # the merged model and its head
     scale = float(np.abs(GOLDEN["lora/logits"]).max())
     np.testing.assert_allclose(logits, GOLDEN["lora/logits"], rtol=0, atol=1e-5 * scale)
+
+
+# --- evaluate.py classify ----------------------------------------------------------------------
+
+def evaluate_classify(capsys, *args):
+    from interface import evaluate_cli
+    code = evaluate_cli.main(["classify", *args, "--quiet"])
+    return code, capsys.readouterr()
+
+
+def test_evaluate_classify_gives_the_accuracy_a_confusion_table_and_each_prediction(golden_classifier, tmp_path,
+                                                                                     capsys):
+    data = labelled(tmp_path / "t.jsonl", [(str(t), str(label)) for t, label in zip(GOLDEN["texts"],
+                                                                                   GOLDEN["text_labels"])])
+    code, out = evaluate_classify(capsys, data, "--model", golden_classifier, "--json")
+    assert code == 0
+    result = json.loads(out.out)
+    names = ["ham", "other", "spam"]
+    predicted = GOLDEN["batch/logits"].argmax(-1)
+    assert result["labels"] == names and [p["label"] for p in result["predictions"]] == [names[i] for i in predicted]
+    np.testing.assert_allclose([p["logits"] for p in result["predictions"]], GOLDEN["batch/logits"], atol=1e-5)
+    true = GOLDEN["batch/labels"]
+    assert result["accuracy"] == pytest.approx(np.mean(predicted == true))
+    want = np.zeros((3, 3), int)
+    np.add.at(want, (true, predicted), 1)
+    assert result["confusion"] == want.tolist()
+    code, out = evaluate_classify(capsys, data, "--model", golden_classifier)
+    assert out.out.startswith(f"accuracy  {result['accuracy']:.4f}") and "true \\ predicted" in out.out
+    assert out.out.splitlines()[-1].startswith(f"4\tother\t{names[predicted[3]]}\tThe meeting moved")
+    unlabelled = write_jsonl(tmp_path / "u.jsonl", [{"text": str(t)} for t in GOLDEN["texts"]])
+    code, out = evaluate_classify(capsys, unlabelled, "--model", golden_classifier, "--json")
+    assert sorted(json.loads(out.out)) == ["labels", "predictions"]
+
+
+@pytest.mark.parametrize("lines, message", [
+    ([{"text": "a", "label": "ham"}, {"text": "b"}], "line 2 has no label, unlike the lines before it"),
+    ([{"text": "a", "label": "eggs"}], "text 1's label 'eggs' is not one of the classifier's, ['ham', 'other', "
+                                       "'spam']"),
+])
+def test_evaluate_classify_refuses_bad_lines_in_one_line(golden_classifier, tmp_path, capsys, lines, message):
+    with pytest.raises(SystemExit) as e:
+        evaluate_classify(capsys, write_jsonl(tmp_path / "t.jsonl", lines), "--model", golden_classifier)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_evaluate_classify_on_a_model_with_no_head_is_one_line(tiny_lm, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        evaluate_classify(capsys, write_jsonl(tmp_path / "t.jsonl", [{"text": "a"}]), "--model", tiny_lm)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "holds a language model, not a classifier" in err, err
