@@ -268,3 +268,21 @@ def test_evaluate_classify_on_a_model_with_no_head_is_one_line(tiny_lm, tmp_path
         evaluate_classify(capsys, write_jsonl(tmp_path / "t.jsonl", [{"text": "a"}]), "--model", tiny_lm)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "holds a language model, not a classifier" in err, err
+
+
+def test_gpt2_numpy_on_a_classifier_labels_the_prompt_and_refuses_generating_flags(golden_classifier, capsys):
+    from interface import gpt2_cli
+    text = str(GOLDEN["texts"][0])
+    assert gpt2_cli.main(["--model", golden_classifier, text, "--json", "--quiet"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    np.testing.assert_allclose(result["logits"], GOLDEN["batch/logits"][0], atol=1e-5)
+    assert result["label"] == ["ham", "other", "spam"][int(GOLDEN["batch/logits"][0].argmax())]
+    assert sum(result["probs"]) == pytest.approx(1.0)
+    assert gpt2_cli.main(["--model", golden_classifier, text, "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == result["label"]
+    for flag in (["--n-tokens", "5"], ["--score"]):
+        with pytest.raises(SystemExit):
+            gpt2_cli.main(["--model", golden_classifier, text, "--quiet", *flag])
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"is a classifier (labels ham, other, spam): it gives a text's label" in err
+        assert f"so {flag[0]} does not apply" in err
