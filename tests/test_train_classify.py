@@ -286,3 +286,16 @@ def test_gpt2_numpy_on_a_classifier_labels_the_prompt_and_refuses_generating_fla
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"is a classifier (labels ham, other, spam): it gives a text's label" in err
         assert f"so {flag[0]} does not apply" in err
+
+
+def test_a_run_starts_from_transformers_classifier_folder_and_its_head_goes_on_training(golden_classifier, tmp_path):
+    import convert
+    hf = convert.convert(golden_classifier, str(tmp_path / "hf"), "hf")  # a GPT2ForSequenceClassification folder
+    data = labelled(tmp_path / "l.jsonl", [(str(t), str(label)) for t, label in zip(GOLDEN["texts"],
+                                                                                   GOLDEN["text_labels"])])
+    out = tmp_path / "out"
+    assert run(hf, data, out, "--val-fraction", "0", "--warmup", "0", "--min-lr-ratio", "1", "--weight-decay", "0",
+               "--lr", "1e-3") == 0
+    np.testing.assert_allclose([line["loss"] for line in read_log(out)], GOLDEN["adamw/losses"], rtol=1e-5)
+    with pytest.raises(SystemExit):  # its labels are the head's: a label it lacks is one line
+        run(hf, labelled(tmp_path / "other.jsonl", [("a", "ham"), ("b", "eggs")]), tmp_path / "bad")
