@@ -11,7 +11,9 @@ one, or the run saved in --out; every weight trained, or LoRA's adapters beside 
 
 The data is documents (a .txt file, a folder of them, a .jsonl of {"text": ...}), each followed
 by <|endoftext|> so that a model learns to stop; or instruction data (a .jsonl of {"prompt":
-..., "response": ...}), where the loss counts only the response and its <|endoftext|>.
+..., "response": ...}), where the loss counts only the response and its <|endoftext|>; or labelled
+texts ({"text": ..., "label": ...}), which train a classifier (classify.py). Each kind is a line of
+DATA_KINDS; examples are visited an epoch at a time, and OUT/train_log.jsonl logs every step.
 
 From scratch, bpe.py first learns a vocabulary from the training part of the text (or
 --tokenizer reuses one), initialise.py gives the weights GPT-2's initialisation, and the

@@ -128,9 +128,9 @@ def main():
         rounds.append(got)
         print(f"round {r + 1}: numpy {got['numpy'] * 1e3:.0f} ms, torch {got['torch'] * 1e3:.0f} ms, "
               f"numpy / torch {got['numpy'] / got['torch']:.2f}", flush=True)
-    print(f"B={args.batch_size} T={args.context}, 124M: median numpy {statistics.median(r['numpy'] for r in rounds) * 1e3:.0f}"
-          f" ms, torch {statistics.median(r['torch'] for r in rounds) * 1e3:.0f} ms, median ratio numpy / torch "
-          f"{statistics.median(r['numpy'] / r['torch'] for r in rounds):.2f}")
+    ours, theirs = (statistics.median(r[who] for r in rounds) for who in ("numpy", "torch"))
+    print(f"B={args.batch_size} T={args.context}, 124M: median numpy {ours * 1e3:.0f} ms, torch {theirs * 1e3:.0f} ms, "
+          f"median ratio numpy / torch {statistics.median(r['numpy'] / r['torch'] for r in rounds):.2f}")
     for who, kernel in kernels.items():
         print(f"{who} BLAS: {kernel}")
 

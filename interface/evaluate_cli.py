@@ -206,7 +206,8 @@ def run_classify(args):
     if labels is not None:
         print(f"accuracy  {result['accuracy']:.4f}  ({round(result['accuracy'] * len(texts))} of {len(texts)})\n")
         corner = "true \\ predicted"
-        first, width = max(len(str(x)) for x in names + [corner]) + 2, max(len(str(x)) for x in names + [len(texts)]) + 2
+        first = max(len(str(x)) for x in names + [corner]) + 2
+        width = max(len(str(x)) for x in names + [len(texts)]) + 2
         print(f"{corner:<{first}}" + "".join(f"{str(x):>{width}}" for x in names))
         for name, row in zip(names, result["confusion"]):
             print(f"{str(name):<{first}}" + "".join(f"{c:>{width}}" for c in row))

@@ -64,7 +64,8 @@ def parser():
     p.add_argument("--data", help="documents: a UTF-8 .txt file, a folder of them, or a .jsonl of {\"text\": ...} "
                                   "lines; or instruction data: a .jsonl of {\"prompt\": ..., \"response\": ...} "
                                   "lines; or labelled texts, {\"text\": ..., \"label\": ...} lines, which train a "
-                                  "classifier (from scratch, if not given: data/tinyshakespeare.txt; with --resume: the "
+                                  "classifier (from scratch, if not given: data/tinyshakespeare.txt; with --resume: "
+                                  "the "
                                   "saved run's)")
     p.add_argument("--out", required=True, help="the folder to write the trained model to")
     add_table(p, train.RECIPE)

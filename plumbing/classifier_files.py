@@ -37,7 +37,8 @@ def read_head(folder, n_embd):
     if os.path.exists(os.path.join(folder, LABELS_FILE)):
         head = our_head(folder)
         path = os.path.join(folder, SCORE_FILE)
-    elif os.path.exists(os.path.join(folder, "config.json")) and not os.path.exists(os.path.join(folder, "hparams.json")):
+    elif os.path.exists(os.path.join(folder, "config.json")) and \
+            not os.path.exists(os.path.join(folder, "hparams.json")):  # hf_model.is_hf_folder, which imports this
         head = hf_head(folder)
         path = os.path.join(folder, "config.json")
     else:

@@ -124,7 +124,8 @@ def line_kind(item):
 
 # --- the one .jsonl reader: every command's lines, with one set of messages ---------------------
 
-TYPE_NAMES = {str: "a string", list: "a list", int: "a whole number", (str, int): "a string or a whole number"}  # a field's type, as a message names it
+# a field's type, as a message names it
+TYPE_NAMES = {str: "a string", list: "a list", int: "a whole number", (str, int): "a string or a whole number"}
 
 
 def jsonl_objects(path, fields=None, limit=None):

@@ -149,7 +149,7 @@ def test_a_classifier_given_to_a_run_on_documents_or_instruction_data_is_one_lin
         with pytest.raises(SystemExit):
             run(golden_classifier, data, tmp_path / "out", "--context", "16")
         err = capsys.readouterr().err
-        assert f"the model is a classifier (labels ['ham', 'other', 'spam']): it trains on labelled texts" in err
+        assert "the model is a classifier (labels ['ham', 'other', 'spam']): it trains on labelled texts" in err
         assert f"not on {kind} lines" in err and not (tmp_path / "out").exists()
 
 
@@ -284,7 +284,7 @@ def test_gpt2_numpy_on_a_classifier_labels_the_prompt_and_refuses_generating_fla
         with pytest.raises(SystemExit):
             gpt2_cli.main(["--model", golden_classifier, text, "--quiet", *flag])
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and f"is a classifier (labels ham, other, spam): it gives a text's label" in err
+        assert err.count("\n") == 1 and "is a classifier (labels ham, other, spam): it gives a text's label" in err
         assert f"so {flag[0]} does not apply" in err
 
 
