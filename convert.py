@@ -31,6 +31,10 @@ layouts, and of the file that holds them. Side by side, for 124M (block 3 stands
 - **The tokenizer** is two tables, OpenAI's encoder.json and vocab.bpe, which Hugging Face
   calls vocab.json and merges.txt; the vocabulary's own <|endoftext|> is config.json's
   bos_token_id and eos_token_id (50256 for GPT-2's, the last id of one trained from scratch).
+- **A classifier** (classify.py) is a GPT2ForSequenceClassification in Hugging Face's format: its
+  score.weight beside the body's tensors, and config.json's architectures, num_labels, id2label,
+  label2id and pad_token_id; in OpenAI's, the same head beside hparams.json (classifier.json and
+  score.npy: plumbing/classifier_files.py).
 - **The values** stay float32 both ways, so a round trip gives every tensor back bit for bit.
 
 OUT is written whole or not at all, and must not exist. The files themselves are written by
@@ -41,7 +45,7 @@ The command line, which fetches MODEL first, is interface/convert_cli.py.
 import sys
 
 import bpe
-from plumbing import hf_model
+from plumbing import classifier_files, hf_model
 from plumbing.checkpoint import write_checkpoint
 from plumbing.folders import check_new_folder
 from plumbing.weights import check_tokenizer_fits, load_weights
@@ -55,11 +59,13 @@ def convert(folder, out, to):
     format's names. -> out"""
     check_new_folder(out, advice="choose a new folder for OUT", empty_ok=False)
     hparams, params = load_weights(folder)
+    head = classifier_files.read_head(folder, hparams["n_embd"])
     encoder = bpe.get_encoder(folder)
     check_tokenizer_fits(encoder.n_vocab, hparams, folder)
     if to == "hf":
-        return hf_model.write_hf_folder(out, params, hparams, folder, encoder.eot)
-    return write_checkpoint(out, params, hparams, vocab_dir=folder)
+        return hf_model.write_hf_folder(out, params, hparams, folder, encoder.eot, head)
+    extra = classifier_files.head_files(head["score"], head["labels"], head["pad_id"]) if head else None
+    return write_checkpoint(out, params, hparams, vocab_dir=folder, extra=extra)
 
 
 if __name__ == "__main__":

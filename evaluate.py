@@ -4,6 +4,7 @@
     python evaluate.py surprisal sentences.txt
     python evaluate.py choice hellaswag.jsonl
     python evaluate.py lambada lambada_test.jsonl
+    python evaluate.py classify texts.jsonl --model models/spam-124M
 
 The definitions are those of EleutherAI's lm-evaluation-harness (lm-eval), the harness the
 field reports with, and of minicons for word surprisal; docs/evaluating.md gives each one's
@@ -14,6 +15,7 @@ equation, and where the GPT-2 paper's own numbers differ. The file goes:
   3. perplexity          of whole documents: nll, perplexity, word and byte perplexity, bits per byte
   4. loglikelihood       a continuation given a context (lm-eval's), and choice and lambada on top of it
   5. word surprisal      bits per word, a word's tokens found from their characters
+  6. classification      a classifier's accuracy and confusion table (its logits: classify.py)
 and at the bottom the entry point, which hands over to interface/evaluate_cli.py.
 
 Every score is log p of a token given the tokens before it: gpt2_numpy's model, and its
@@ -329,6 +331,17 @@ def word_surprisals(lines, encoder, params, hparams, batch_size=BATCH_SIZE, prog
         np.add.at(n_tokens, owners, 1)
         out[i] = [(word, float(b), int(k)) for word, b, k in zip(words, bits, n_tokens)]
     return out
+
+
+# ============================================================================
+# 6. Classification
+# ============================================================================
+
+def classification(true, predicted, n_labels):
+    """-> (accuracy, confusion [K][K]): confusion[i][j] counts the texts of true label i predicted j."""
+    confusion = np.zeros((n_labels, n_labels), np.int64)
+    np.add.at(confusion, (np.asarray(true, np.int64), np.asarray(predicted, np.int64)), 1)
+    return float(np.trace(confusion) / max(len(true), 1)), confusion.tolist()
 
 
 if __name__ == "__main__":

@@ -149,6 +149,10 @@ EXERCISES = {
     33: ("one step of beam search",
          [("beam_search.py", "beam_step", "test_beam_step_takes_the_best_continuations_of_all_the_beams")],
          ["test_beam_search_gives_generates_sequences_and_scores"], "beams"),
+    34: ("pooling at the last token that is not a pad",
+         [("classify.py", "pooled_positions",
+           "test_the_pooled_position_is_the_last_that_is_not_a_pad_as_transformers_finds_it")],
+         ["test_logits_and_loss_equal_gpt2_for_sequence_classification"], "classify"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -164,7 +168,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "beams": 'python gpt2_numpy.py --num-beams 3 "prompt"',
          "circuits": "python circuits.py logit-diff (and every experiment but heads)",
          "patch": "python circuits.py patch", "dla": "python circuits.py dla",
-         "attribution": "python circuits.py attribution"}
+         "attribution": "python circuits.py attribution",
+         "classify": "python evaluate.py classify FILE --model CLS"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -180,7 +185,8 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
          "repetition": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 31), "ngrams": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 32),
          "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33),
          "circuits": (1, 2, 3, 9, 10, 11, 12, 27), "patch": (1, 2, 3, 9, 10, 11, 12, 27, 28),
-         "dla": (1, 2, 3, 9, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 9, 10, 11, 12, 16, 17, 27, 30)}
+         "dla": (1, 2, 3, 9, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 9, 10, 11, 12, 16, 17, 27, 30),
+         "classify": (1, 2, 3, 5, 9, 10, 11, 12, 34)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The

@@ -35,9 +35,9 @@ def adamw_update(p, grad, m, v, t, lr, weight_decay, beta1=0.9, beta2=0.999, eps
 
 
 def decays(name):
-    """AdamW's weight decay applies to matrices and embeddings (w, wte, wpe, LoRA's A and B), not to biases
-    and gains."""
-    return name.endswith(("/w", "/A", "/B")) or name in ("wte", "wpe")
+    """AdamW's weight decay applies to matrices and embeddings (w, wte, wpe, LoRA's A and B, a classifier's
+    score), not to biases and gains."""
+    return name.endswith(("/w", "/A", "/B")) or name in ("wte", "wpe", "score")
 
 
 def new_adamw_state(params):

@@ -11,7 +11,9 @@ one, or the run saved in --out; every weight trained, or LoRA's adapters beside 
 
 The data is documents (a .txt file, a folder of them, a .jsonl of {"text": ...}), each followed
 by <|endoftext|> so that a model learns to stop; or instruction data (a .jsonl of {"prompt":
-..., "response": ...}), where the loss counts only the response and its <|endoftext|>.
+..., "response": ...}), where the loss counts only the response and its <|endoftext|>; or labelled
+texts ({"text": ..., "label": ...}), which train a classifier (classify.py). Each kind is a line of
+DATA_KINDS; examples are visited an epoch at a time, and OUT/train_log.jsonl logs every step.
 
 From scratch, bpe.py first learns a vocabulary from the training part of the text (or
 --tokenizer reuses one), initialise.py gives the weights GPT-2's initialisation, and the
@@ -37,11 +39,12 @@ import numpy as np
 
 from backward import IGNORE, loss_and_grads
 import bpe
+import classify
 from gpt2_numpy import generate, gpt2, next_token_loss
 from initialise import init_params
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate, new_adamw_state
 import parameters
-from plumbing import corpus, peft_adapter, shapes
+from plumbing import classifier_files, corpus, peft_adapter, shapes
 from plumbing.checkpoint import check_writable, write_checkpoint
 from plumbing.errors import UserError, ctrl_c_waits, plural
 from plumbing.memory import available_memory, check_fits
@@ -54,6 +57,7 @@ CONTEXT = 256  # tokens a training window holds, unless the recipe says or the m
 
 STATE_FILE = "train_state.npz"  # the optimizer's moments and the step count, beside the checkpoint (no pickle)
 CONFIG_FILE = "train_config.json"  # the run's flags, which --resume reads back
+LOG_FILE = "train_log.jsonl"  # a line for each step, {"step", "lr", "loss", ...}, and each validation, {"step", "val_loss", ...}
 
 
 # ============================================================================
@@ -208,23 +212,150 @@ def example_rows(encoder, examples, val_fraction, context):
     return rows[:len(rows) - held], rows[len(rows) - held:], cut
 
 
-def example_batch(rows, batch_size, rng):
-    """batch_size random rows, padded on the right to the longest: inputs [B, T], targets [B, T].
-    A pad's input is id 0 (the causal mask hides it from every earlier position) and its target IGNORE."""
-    picks = rng.integers(0, len(rows), batch_size)
+def example_batch(rows, picks):
+    """The rows picked, padded on the right to the longest: inputs [B, T], targets [B, T]. A pad's
+    input is id 0 (the causal mask hides it from every earlier position) and its target IGNORE."""
     longest = max(len(rows[i][0]) for i in picks)
-    x, y = np.zeros((batch_size, longest), np.int64), np.full((batch_size, longest), IGNORE, np.int64)
+    x, y = np.zeros((len(picks), longest), np.int64), np.full((len(picks), longest), IGNORE, np.int64)
     for b, i in enumerate(picks):
         inputs, targets = rows[i]
         x[b, :len(inputs)], y[b, :len(targets)] = inputs, targets
     return x, y
 
 
-def training_batch(data, batch_size, context, rng):
-    """A micro-batch of the data: windows of a token stream (batch), or instruction rows (example_batch)."""
-    if isinstance(data, np.ndarray):
-        return batch(data, batch_size, context, rng)
-    return example_batch(data, batch_size, rng)
+# Labelled texts (a classifier's, classify.py): each is its text's ids, with no <|endoftext|> added (an
+# <|endoftext|> written in the text is the special id, as transformers' tokenizer reads it), and its label's
+# number; a batch is padded on the right with the pad id, as transformers pads a GPT-2.
+
+def labelled_rows(encoder, examples, val_fraction, context, labels=None):
+    """[(text, label)] -> (training rows, validation rows, the labels numbered, how many texts were cut):
+    a row is (ids, the label's number); a text longer than the context keeps its first tokens (as
+    transformers' truncation does). labels: the starting classifier's, which the data's must be among;
+    None: the training rows' own, sorted (classify.label_names)."""
+    held = held_out_count([len(text) for text, _ in examples], val_fraction)
+    if val_fraction and not held:
+        raise UserError("one text leaves none to hold out for validation: give more, or --val-fraction 0")
+    training, held_out = examples[:len(examples) - held], examples[len(examples) - held:]
+    if labels is None:
+        classify.label_names([label for _, label in examples])  # strings or numbers, not both
+        labels = classify.label_names([label for _, label in training])
+        unknown = [label for _, label in held_out if label not in labels]
+        if unknown:
+            raise UserError(f"label {unknown[0]!r} is in validation (the data's last texts) but not in training: a "
+                            "classifier cannot learn it (mix the lines, or give more of that label)")
+    unknown = [label for _, label in examples if label not in labels]
+    if unknown:
+        raise UserError(f"label {unknown[0]!r} is not one of the classifier's labels, {labels}: give a language "
+                        "model to start a new head")
+    rows, cut = [], 0
+    for text, label in examples:
+        ids = encoder.encode(text, allowed_special="all")
+        cut += len(ids) > context
+        rows.append((np.asarray(ids[:context], np.int64), labels.index(label)))
+    return rows[:len(training)], rows[len(training):], labels, cut
+
+
+def labelled_batch(rows, picks, pad_id):
+    """The rows picked, padded on the right with pad_id: ids [B, T], labels [B]."""
+    longest = max(len(rows[i][0]) for i in picks)
+    x = np.full((len(picks), longest), pad_id, np.int64)
+    for b, i in enumerate(picks):
+        x[b, :len(rows[i][0])] = rows[i][0]
+    return x, np.array([rows[i][1] for i in picks], np.int64)
+
+
+# Examples are visited an epoch at a time, each once, in a shuffle of the seed and the epoch's number
+# (as torch's DataLoader(shuffle=True) and transformers' Trainer visit them); the last batch of an epoch
+# holds what is left. The micro-batch's number alone says which examples it holds: a resumed run is
+# the same run.
+
+def epoch_picks(n, batch_size, seed, micro):
+    """The examples micro-batch number `micro` (from 0) holds, of n: epoch e = micro // ⌈n / B⌉ is a
+    permutation of the n, and the micro-batch its k-th run of B (the last one shorter)."""
+    per_epoch = -(-n // batch_size)
+    epoch, k = divmod(micro, per_epoch)
+    order = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2, epoch))).permutation(n)
+    return order[k * batch_size:(k + 1) * batch_size]
+
+
+# ============================================================================
+# 2b. The kinds of data
+# ============================================================================
+# plumbing/corpus.py tells the kind by a .jsonl line's fields. Each kind is a line here: how its
+# data splits into training and validation (-> the rows, and what the run keeps of it), a micro-batch
+# of it, the loss and gradients of a batch (-> loss, grads, the kind's metrics), and the validation's
+# metrics. A batch function takes (data, recipe, micro: the micro-batch's number, rng); a loss function
+# (batch, params, hparams, data, recipe, rng, buffers, frozen).
+
+def document_split(encoder, documents, examples, recipe, head):
+    train_ids, val_ids = text_ids(encoder, documents, recipe["val_fraction"], recipe["context"])
+    return train_ids, val_ids, {}
+
+
+def instruction_split(encoder, documents, examples, recipe, head):
+    train_rows, val_rows, cut = example_rows(encoder, examples, recipe["val_fraction"], recipe["context"])
+    print(f"instruction data: {plural(len(examples), 'example', ',')}, {len(val_rows):,} held out for validation; "
+          f"{cut:,} longer than --context {recipe['context']} + 1 tokens, cut to fit (the prompt's first tokens "
+          "dropped first)")
+    return train_rows, val_rows, {}
+
+
+def labelled_split(encoder, documents, examples, recipe, head):
+    if encoder.eot is None:
+        raise UserError("the vocabulary has no <|endoftext|> to pad a batch of texts with")
+    train_rows, val_rows, labels, cut = labelled_rows(encoder, examples, recipe["val_fraction"], recipe["context"],
+                                                      head and head["labels"])
+    print(f"labelled texts: {len(examples):,}, {len(val_rows):,} held out for validation; labels {labels} (in this "
+          f"order, score's rows); {cut:,} longer than --context {recipe['context']}, cut to their start")
+    return train_rows, val_rows, {"labels": labels, "pad_id": head["pad_id"] if head else encoder.eot}
+
+
+def window_batch(data, recipe, micro, rng):
+    return batch(data["rows"], recipe["batch_size"], recipe["context"], rng)
+
+
+def instruction_batch(data, recipe, micro, rng):
+    return example_batch(data["rows"], epoch_picks(len(data["rows"]), recipe["batch_size"], recipe["seed"], micro))
+
+
+def classifier_batch(data, recipe, micro, rng):
+    picks = epoch_picks(len(data["rows"]), recipe["batch_size"], recipe["seed"], micro)
+    return labelled_batch(data["rows"], picks, data["pad_id"])
+
+
+def token_loss(batch, params, hparams, data, recipe, rng, buffers, frozen):
+    loss, grads = loss_and_grads(*batch, params, hparams, recipe["dropout"], rng, buffers, frozen=frozen)
+    return loss, grads, {}
+
+
+def label_loss(batch, params, hparams, data, recipe, rng, buffers, frozen):
+    loss, grads, accuracy = classify.classifier_loss_and_grads(*batch, params, hparams, data["pad_id"],
+                                                               recipe["dropout"], rng, frozen)
+    return loss, grads, {"accuracy": accuracy}
+
+
+def token_validation(params, hparams, data, recipe):
+    return {"loss": validation_loss(params, hparams, data["rows"], recipe["context"])}
+
+
+def label_validation(params, hparams, data, recipe, batch_size=8):
+    """The loss and accuracy over every validation text, in order (the forward pass only)."""
+    rows, losses, right = data["rows"], [], 0
+    for start in range(0, len(rows), batch_size):
+        x, labels = labelled_batch(rows, range(start, min(start + batch_size, len(rows))), data["pad_id"])
+        logits = classify.classifier_logits(x, params, hparams, data["pad_id"])
+        losses.append(classify.label_loss(logits, labels) * len(labels))
+        right += int((logits.argmax(-1) == labels).sum())
+    return {"loss": sum(losses) / len(rows), "accuracy": right / len(rows)}
+
+
+DATA_KINDS = {  # kind: its split, its micro-batch, its loss and gradients, its validation
+    "documents": {"split": document_split, "batch": window_batch, "loss": token_loss, "validate": token_validation},
+    "instruction": {"split": instruction_split, "batch": instruction_batch, "loss": token_loss,
+                    "validate": token_validation},
+    "labelled": {"split": labelled_split, "batch": classifier_batch, "loss": label_loss,
+                 "validate": label_validation},
+}
 
 
 # ============================================================================
@@ -248,20 +379,22 @@ def accumulate(total, grads):
 
 
 def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
-    """One step: the gradients of recipe["accum"] micro-batches of the data, clipping, AdamW. -> the mean
-    loss. recipe: RECIPE's settings (recipe_with); the batches and the dropout depend on its seed and the
-    step only, so a resumed run is the same run. buffers: a dict whose big arrays are made once and reused
-    (backward.loss_and_grads); adapters: a LoRA run's (inside params' layers, with_adapters), the only
-    tensors trained; None: every parameter is."""
-    accum, lr = recipe["accum"], recipe["lr"]
+    """One step: the gradients of recipe["accum"] micro-batches of the data, clipping, AdamW. -> the step's
+    metrics, {"lr", "loss", ...} (the loss and the kind's metrics: the micro-batches' mean). data: {"kind":
+    DATA_KINDS' name, "rows": ..., and what the kind keeps}; recipe: RECIPE's settings (recipe_with); the
+    batches and the dropout depend on its seed and the step only, so a resumed run is the same run.
+    buffers: a dict whose big arrays are made once and reused (backward.loss_and_grads); adapters: a LoRA
+    run's (inside params' layers, with_adapters), the only tensors trained (with a classifier's score);
+    None: every parameter is."""
+    accum, lr, kind = recipe["accum"], recipe["lr"], DATA_KINDS[data["kind"]]
     rng = np.random.default_rng([recipe["seed"], step])
-    total, loss = None, 0.0
-    for _ in range(accum):
-        x, y = training_batch(data, recipe["batch_size"], recipe["context"], rng)
-        micro, grads = loss_and_grads(x, y, params, hparams, recipe["dropout"], rng, buffers,
-                                      frozen=adapters is not None)
+    total, metrics = None, {}
+    for j in range(accum):
+        micro_batch = kind["batch"](data, recipe, step * accum + j, rng)
+        loss, grads, more = kind["loss"](micro_batch, params, hparams, data, recipe, rng, buffers, adapters is not None)
         total = grads if accum == 1 else accumulate(total, grads)
-        loss += micro / accum
+        for name, value in {"loss": loss, **more}.items():
+            metrics[name] = metrics.get(name, 0.0) + value / accum
     if accum > 1:
         for a in shapes.flatten(total).values():
             a /= accum
@@ -269,7 +402,7 @@ def train_step(params, hparams, state, data, step, recipe, buffers=None, adapter
     rate = learning_rate(step, lr, recipe["warmup"], recipe["steps"], lr * recipe["min_lr_ratio"])
     adamw_step_fast(params if adapters is None else adapters, total, state, rate, beta2=recipe["beta2"],
                     weight_decay=recipe["weight_decay"], grad_scale=scale)
-    return loss
+    return {"lr": rate, **metrics}
 
 
 # ============================================================================
@@ -442,22 +575,24 @@ def new_model(new, documents, recipe, vocab_dir, quiet=False):
 
 def saved_model(folder, out):
     """A model to train further, from its folder (which holds its vocabulary too), whose shape the
-    checkpoint written to out can hold. -> (its encoder, hparams, params: read-only maps of the file)"""
+    checkpoint written to out can hold. -> (its encoder, hparams, params: read-only maps of the file, and
+    a classifier's head, classifier_files.read_head's, or None)"""
     hparams, params = load_weights(folder)
     check_writable(hparams, out)  # before training, not at the first save
-    return bpe.get_encoder(folder), hparams, params
+    return bpe.get_encoder(folder), hparams, params, classifier_files.read_head(folder, hparams["n_embd"])
 
 
-def split_data(encoder, documents, examples, recipe):
-    """The data to train and validate on: the documents' token streams, or instruction data's
-    rows (saying how many examples there are, and how many were cut to fit the context)."""
-    if examples is None:
-        return text_ids(encoder, documents, recipe["val_fraction"], recipe["context"])
-    train_rows, val_rows, cut = example_rows(encoder, examples, recipe["val_fraction"], recipe["context"])
-    print(f"instruction data: {plural(len(examples), 'example', ',')}, {len(val_rows):,} held out for validation; "
-          f"{cut:,} longer than --context {recipe['context']} + 1 tokens, cut to fit (the prompt's first tokens "
-          "dropped first)")
-    return train_rows, val_rows
+def split_data(encoder, documents, examples, kind, recipe, head=None):
+    """The data to train and validate on, as DATA_KINDS' line for the kind splits it: -> (training data,
+    validation data), each {"kind", "rows", and what the kind keeps (a classifier's labels and pad id)}.
+    head: the starting model's classifier head, or None (a language model)."""
+    if kind not in DATA_KINDS:
+        raise UserError(f"train.py cannot train on {corpus.KINDS[kind][2]} lines yet")
+    if head and kind != "labelled":
+        raise UserError(f"the model is a classifier (labels {head['labels']}): it trains on labelled texts "
+                        f'({{"text", "label"}} lines), not on {corpus.KINDS[kind][2]} lines; give a language model')
+    train_rows, val_rows, kept = DATA_KINDS[kind]["split"](encoder, documents, examples, recipe, head)
+    return {"kind": kind, "rows": train_rows, **kept}, {"kind": kind, "rows": val_rows, **kept}
 
 
 def with_context(recipe, hparams):
@@ -492,7 +627,8 @@ def lora_adapters(params, lora, seed, saved=None):
 
 def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False, vocab_dir=None, quiet=False):
     """Where a run's params and state come from. -> the run, as train takes it: {"params", "hparams",
-    "encoder", "state", "train_data", "val_data", "recipe", "vocab_dir", "lora"}.
+    "encoder", "state", "train_data", "val_data", "recipe", "vocab_dir", "lora", "trained" (what AdamW steps),
+    "log" (train_log.jsonl's lines so far)}.
 
     The model is new (NEW_MODEL's settings: a vocabulary learned from the training part of the data
     into the folder vocab_dir, or new["tokenizer"]'s; then GPT-2's initialisation); or base, the
@@ -501,16 +637,20 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
     adapter saved in out). lora: {"rank", "alpha" (None: the rank), "targets", "base" (its name, for
     PEFT's config)} trains adapters beside the frozen weights; None: every weight. data: the text's
     paths (None: CORPUS). recipe: recipe_with's; a context of None is worked out here (with_context).
-    Everything is checked before a weight is made or copied."""
-    documents, examples = corpus.read_corpus(data or [CORPUS])
+    The data's kind (plumbing/corpus.py tells it) is one of DATA_KINDS; labelled texts train a classifier
+    (classify.py): a language model gets a new head. Everything is checked before a weight is made or copied."""
+    documents, examples, kind = corpus.read_corpus(data or [CORPUS])
+    head = None
     if new and not resume:
         recipe = recipe | {"context": recipe["context"] or CONTEXT}
         vocab_dir, encoder, hparams = new_model(new, documents, recipe, vocab_dir, quiet)
     else:
         vocab_dir = out if resume and not lora else base() if callable(base) else base  # LoRA's out: merged
-        encoder, hparams, params = saved_model(vocab_dir, out)
+        encoder, hparams, params, head = saved_model(vocab_dir, out)
+        if resume and lora:  # the head trained so far is in out, beside the adapter
+            head = classifier_files.read_head(out, hparams["n_embd"])
         recipe = with_context(recipe, hparams)
-    train_data, val_data = split_data(encoder, documents, examples, recipe)
+    train_data, val_data = split_data(encoder, documents, examples, kind, recipe, head)
     check_run(hparams, recipe, lora, available_memory())
     if new and not resume:  # its weights are made once the run is known to fit
         print(parameter_table(hparams))  # even with --quiet: what is being trained
@@ -521,10 +661,16 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
         params = with_adapters(params, lora["adapters"], lora["alpha"] / lora["rank"])
     else:
         params = writable_copy(params)
+    if kind == "labelled":  # a classifier's head: the starting one, or new ones, normal(0, 0.02)
+        params["score"] = head["score"] if head else classify.new_score(len(train_data["labels"]), hparams["n_embd"],
+                                                                        recipe["seed"])
     trained = lora["adapters"] if lora else params
+    if lora and kind == "labelled":
+        trained = trained | {"score": params["score"]}  # trained in full beside the adapters, as PEFT's SEQ_CLS
     state = load_state(out, trained) if resume else new_adamw_state(trained)
     return {"params": params, "hparams": hparams, "encoder": encoder, "state": state, "train_data": train_data,
-            "val_data": val_data, "recipe": recipe, "vocab_dir": vocab_dir, "lora": lora}
+            "val_data": val_data, "recipe": recipe, "vocab_dir": vocab_dir, "lora": lora, "trained": trained,
+            "log": read_log(out, state["step"]) if resume else []}
 
 
 # ============================================================================
@@ -533,25 +679,31 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
 
 def train(run, out, config, quiet=False):
     """The loop, from the state's step to the recipe's steps: train_step, then the report, the sample and
-    the save into `out` as the step's number calls for them; Ctrl-C saves the last step done.
+    the save into `out` as the step's number calls for them; Ctrl-C saves the last step done. Each step's
+    metrics, and each validation's, go to run["log"], which each save writes as train_log.jsonl.
     run: set_up's; config: the run's flags, saved with it. -> 0, or 130 after Ctrl-C."""
     params, hparams, encoder, state, recipe, lora = (run[k] for k in ("params", "hparams", "encoder", "state",
                                                                        "recipe", "lora"))
     steps, first, train_data = recipe["steps"], state["step"], run["train_data"]
-    start_ids = [] if encoder.eot is not None else train_data[:1].tolist()  # a sample starts after <|endoftext|>
+    samples = train_data["kind"] != "labelled"  # a classifier writes no text: its reports say its accuracy
+    start_ids = [] if encoder.eot is not None else train_data["rows"][:1].tolist()  # a sample starts after it
     tokens = recipe["batch_size"] * recipe["accum"] * recipe["context"]  # a step's
     bar, buffers = progress(steps, "step", initial=first, quiet=quiet), {}  # buffers: a step's big arrays, made once
     try:
         for step in range(first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
             start = time.perf_counter()
             with ctrl_c_waits():  # a save after Ctrl-C holds whole steps, so --resume is the same run
-                loss = train_step(params, hparams, state, train_data, step - 1, recipe, buffers,
-                                  lora and lora["adapters"])
-            bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
+                metrics = train_step(params, hparams, state, train_data, step - 1, recipe, buffers,
+                                     run["trained"] if lora else None)
+                run["log"].append({"step": step, **metrics})
+            bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
             bar.update(1)
             if step % recipe["eval_every"] == 0 or step == steps:
-                bar.write(report(step, loss, params, hparams, run["val_data"], recipe["context"]))
-            if step % recipe["sample_every"] == 0:
+                val = validation(params, hparams, run["val_data"], recipe)
+                if val:
+                    run["log"].append({"step": step, **{f"val_{name}": value for name, value in val.items()}})
+                bar.write(report(step, metrics, val))
+            if samples and step % recipe["sample_every"] == 0:
                 bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
             if step % recipe["save_every"] == 0 or step == steps:
                 save(out, run, config)
@@ -567,12 +719,20 @@ def train(run, out, config, quiet=False):
     return 0
 
 
-def report(step, loss, params, hparams, val_ids, context):
-    """`step 50: train loss 3.2104, validation loss 3.4511` (no validation part when nothing is held out)."""
-    text = f"step {step}: train loss {loss:.4f}"
-    if len(val_ids):
-        text += f", validation loss {validation_loss(params, hparams, val_ids, context):.4f}"
-    return text
+def validation(params, hparams, val_data, recipe):
+    """The validation's metrics ({"loss", ...}, as DATA_KINDS' line for the kind says), or {} when
+    nothing is held out."""
+    return DATA_KINDS[val_data["kind"]]["validate"](params, hparams, val_data, recipe) if len(val_data["rows"]) else {}
+
+
+def report(step, metrics, val):
+    """`step 50: train loss 3.2104, validation loss 3.4511` (no validation part when nothing is held out),
+    and the kind's other metrics beside each loss (a classifier's accuracy)."""
+    def said(m):
+        return ", ".join([f"loss {m['loss']:.4f}"] + [f"{name} {value:.4f}" for name, value in m.items()
+                                                       if name not in ("loss", "lr")])
+
+    return f"step {step}: train {said(metrics)}" + (f", validation {said(val)}" if val else "")
 
 
 def sample(params, hparams, encoder, seed, start_ids=(), n_tokens=30):
@@ -584,12 +744,14 @@ def sample(params, hparams, encoder, seed, start_ids=(), n_tokens=30):
     return encoder.decode(ids.tolist())
 
 
-def validation_loss(params, hparams, val_ids, context, batches=4, batch_size=4):
-    """The loss on held-out windows (or examples, over their responses): the forward pass only."""
+def validation_loss(params, hparams, val_rows, context, batches=4, batch_size=4):
+    """The loss on held-out windows of a token stream, or instruction rows (over their responses):
+    the forward pass only."""
     rng = np.random.default_rng(0)  # the same windows every time, so the numbers compare
     losses = []
     for _ in range(batches):
-        x, y = training_batch(val_ids, batch_size, context, rng)
+        x, y = (batch(val_rows, batch_size, context, rng) if isinstance(val_rows, np.ndarray) else
+                example_batch(val_rows, rng.integers(0, len(val_rows), batch_size)))
         logits = gpt2(x, params, hparams)
         if (y == IGNORE).any():
             logits, y = logits[y != IGNORE], y[y != IGNORE]
@@ -603,17 +765,31 @@ def validation_loss(params, hparams, val_ids, context, batches=4, batch_size=4):
 
 def save(folder, run, config):
     """The run's checkpoint in OpenAI's format, the tokenizer's files (from run["vocab_dir"]), the
-    optimizer's state and the run's flags (config), written whole or not at all. A LoRA run writes the
+    optimizer's state, the run's flags (config) and its log (train_log.jsonl), written whole or not at
+    all; a classifier's head and labels beside them (plumbing/classifier_files.py). A LoRA run writes the
     merged model, and beside it the adapter in PEFT's format, from which --resume reads A and B back
     (their moments are in the optimizer's state)."""
-    state, lora, params = run["state"], run["lora"], run["params"]
+    state, lora, params, data = run["state"], run["lora"], run["params"], run["train_data"]
     moments = {f"m/{k}": a for k, a in state["m"].items()} | {f"v/{k}": a for k, a in state["v"].items()}
     extra = {STATE_FILE: lambda f: np.savez(f, step=np.int64(state["step"]), **moments),  # streamed, not copied
-             CONFIG_FILE: json.dumps(config, indent=1).encode()}
+             CONFIG_FILE: json.dumps(config, indent=1).encode(),
+             LOG_FILE: "".join(json.dumps(line) + "\n" for line in run["log"]).encode()}
+    if "score" in params:
+        extra |= classifier_files.head_files(params["score"], data["labels"], data["pad_id"])
+        params = {k: v for k, v in params.items() if k != "score"}  # the checkpoint is GPT-2's tensors alone
     if lora:
-        extra |= peft_adapter.adapter_files(lora["adapters"], lora["alpha"], lora["targets"], lora["base"])
+        extra |= peft_adapter.adapter_files(lora["adapters"], lora["alpha"], lora["targets"], lora["base"],
+                                            run["params"].get("score"))
         params = merged_model(params)
     write_checkpoint(folder, params, run["hparams"], vocab_dir=run["vocab_dir"], extra=extra)
+
+
+def read_log(folder, step):
+    """A resumed run's train_log.jsonl, up to the saved step (a run killed between saves wrote none past it)."""
+    path = os.path.join(folder, LOG_FILE)
+    if not os.path.exists(path):
+        return []
+    return [line for _, line in corpus.jsonl_objects(path) if line.get("step", 0) <= step]
 
 
 def load_state(folder, params):

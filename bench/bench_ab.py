@@ -76,6 +76,8 @@ def step_run(args, m, hp, params, train_ids):
     recipe = dict(RECIPES[args.what], steps=10 ** 6, accum=1, min_lr_ratio=0.1, grad_clip=1.0, dropout=0.0, seed=0)
     buffers, step = {}, [0]
     takes_recipe = "recipe" in inspect.signature(train.train_step).parameters  # else the settings as keywords
+    if hasattr(train, "DATA_KINDS"):  # since a step's data says its kind
+        train_ids = {"kind": "documents", "rows": train_ids}
 
     def run(_):
         t = time.perf_counter()

@@ -82,7 +82,7 @@ def ours(vocab_size, steps, seed=0):
     start = time.perf_counter()
     for step in range(steps):
         t = time.perf_counter()
-        train.train_step(params, hp, state, train_ids, step, recipe, buffers)
+        train.train_step(params, hp, state, {"kind": "documents", "rows": train_ids}, step, recipe, buffers)
         times.append(time.perf_counter() - t)
         if (step + 1) % EVAL_EVERY == 0 or step + 1 == steps:
             curve.append((step + 1, val_loss()))

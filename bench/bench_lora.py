@@ -55,7 +55,8 @@ def speed(args):
         for kind in (("lora", "full") if step % 2 else ("full", "lora")):
             params, state, trained = runs[kind]
             t = time.perf_counter()
-            train.train_step(params, hp, state, tokens, step, recipe, buffers[kind], trained)
+            train.train_step(params, hp, state, {"kind": "documents", "rows": tokens}, step, recipe, buffers[kind],
+                             trained)
             times[kind].append(time.perf_counter() - t)
     later = {kind: t[1:] or t for kind, t in times.items()}
     ratio = statistics.median(a / b for a, b in zip(later["lora"], later["full"]))

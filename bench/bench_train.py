@@ -73,7 +73,7 @@ def numpy_step(args):
     for step in range(args.steps):
         times["AdamW"].append(0.0)
         t = time.perf_counter()
-        train.train_step(params, hp, state, tokens, step, recipe, buffers)
+        train.train_step(params, hp, state, {"kind": "documents", "rows": tokens}, step, recipe, buffers)
         times["forward and backward"].append(time.perf_counter() - t - times["AdamW"][-1])
     return medians(times)
 

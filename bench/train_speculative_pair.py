@@ -94,7 +94,7 @@ def time_steps(shape, steps, batch, vocab_size):
                   weight_decay=0.1, grad_clip=1.0, dropout=0.0, seed=0, beta2=0.99)
     for step in range(steps + 1):
         start = time.perf_counter()
-        train.train_step(params, hp, state, ids, step, recipe, buffers)
+        train.train_step(params, hp, state, {"kind": "documents", "rows": ids}, step, recipe, buffers)
         times.append(time.perf_counter() - start)
     return float(np.median(times[1:]))
 

@@ -4,6 +4,7 @@
     python evaluate.py surprisal FILE            # one text per line
     python evaluate.py choice FILE.jsonl         # {"context": str, "choices": [str, ...], "answer": int} a line
     python evaluate.py lambada FILE.jsonl        # {"text": str} a line
+    python evaluate.py classify FILE.jsonl --model CLS   # {"text": str, "label"?} a line: a classifier's labels
 
 Each prints a short table, or with --json one JSON object on stdout, and only when the work is
 done, so an interruption leaves nothing half-written. Exit status: 0 done, 2 a user's mistake
@@ -14,6 +15,7 @@ import argparse
 import json
 import sys
 
+import classify
 import evaluate
 from interface import loading
 from interface.options import at_least, model_flags, user_message
@@ -44,7 +46,9 @@ def parse_args(argv):
     ppl.add_argument("--stride", type=at_least(), help="tokens a window moves, 1..context (default: the context)")
     for name, what in (("surprisal", "each word's surprisal in bits, one text a line"),
                        ("choice", 'multiple choice: {"context", "choices", "answer"} a line'),
-                       ("lambada", 'LAMBADA, lm-eval\'s lambada_openai: {"text"} a line')):
+                       ("lambada", 'LAMBADA, lm-eval\'s lambada_openai: {"text"} a line'),
+                       ("classify", 'a classifier\'s labels: {"text"} or {"text", "label"} a line (with labels: the '
+                                    'accuracy and the confusion table)')):
         commands.add_parser(name, parents=[common], allow_abbrev=False, help=what).add_argument("file", metavar="FILE")
     for parser in [p, *commands.choices.values()]:
         parser.error = fail
@@ -167,7 +171,55 @@ def run_lambada(args):
     print(f"{'n':<12}{result['n']:,}\n{'acc':<12}{result['acc']:.4f}\n{'perplexity':<12}{result['perplexity']:.4f}")
 
 
-RUN = {"perplexity": run_perplexity, "surprisal": run_surprisal, "choice": run_choice, "lambada": run_lambada}
+def labelled_lines(path, limit):
+    """{"text"} lines, or {"text", "label"} lines (all of them labelled, or none). -> (texts, labels or None)"""
+    items = jsonl_objects(path, {"text": str}, limit)
+    has = [("label" in item) for _, item in items]
+    if any(has) and not all(has):
+        n = items[has.index(not has[0])][0]
+        raise UserError(f"line {n} {'has no' if has[0] else 'has a'} label, unlike the lines before it: label every "
+                        "line, or none", path=path)
+    for n, item in items:
+        if has[0] and (not isinstance(item["label"], (str, int)) or isinstance(item["label"], bool)):
+            raise UserError(f"line {n}: 'label' must be a string or a whole number", path=path)
+    return [item["text"] for _, item in items], [item["label"] for _, item in items] if has and has[0] else None
+
+
+def run_classify(args):
+    texts, labels = labelled_lines(args.file, args.limit)
+    encoder, hparams, params, head = loading.load_classifier(args.model, args.models_dir, args.base_url,
+                                                             quiet=args.quiet)
+    names = head["labels"]
+    for n, label in enumerate(labels or [], 1):
+        if label not in names:
+            raise UserError(f"text {n}'s label {label!r} is not one of the classifier's, {names}", path=args.file)
+    logits = classify.classify_texts(texts, encoder, params, hparams, head["pad_id"], args.batch_size)
+    predicted = logits.argmax(-1).tolist() if len(texts) else []
+    result = {"labels": names, "predictions": [{"label": names[i], "logits": row.tolist()}
+                                               for i, row in zip(predicted, logits)]}
+    if labels is not None:
+        accuracy, confusion = evaluate.classification([names.index(x) for x in labels], predicted, len(names))
+        result = {"accuracy": accuracy, **result, "confusion": confusion}
+    if args.json:
+        print(json.dumps(result))
+        return
+    if labels is not None:
+        print(f"accuracy  {result['accuracy']:.4f}  ({round(result['accuracy'] * len(texts))} of {len(texts)})\n")
+        corner = "true \\ predicted"
+        first = max(len(str(x)) for x in names + [corner]) + 2
+        width = max(len(str(x)) for x in names + [len(texts)]) + 2
+        print(f"{corner:<{first}}" + "".join(f"{str(x):>{width}}" for x in names))
+        for name, row in zip(names, result["confusion"]):
+            print(f"{str(name):<{first}}" + "".join(f"{c:>{width}}" for c in row))
+        print()
+    print("text\t" + ("label\t" if labels is not None else "") + "predicted\tstart of the text")
+    for n, p in enumerate(result["predictions"]):
+        start = " ".join(texts[n][:60].split())
+        print(f"{n + 1}\t" + (f"{labels[n]}\t" if labels is not None else "") + f"{p['label']}\t{start}")
+
+
+RUN = {"perplexity": run_perplexity, "surprisal": run_surprisal, "choice": run_choice, "lambada": run_lambada,
+       "classify": run_classify}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 import beam_search
+import classify
 import gpt2_numpy as g
 import look_inside
 import parameters
@@ -54,7 +55,8 @@ def parse_args(argv):
         add_flags(p)  # each subcommand's flags are defined beside its printing, below
     p.error = fail
     args = p.parse_args(argv)
-    check_flags_agree(args, given_flags(p, argv))
+    args.given = given_flags(p, argv)
+    check_flags_agree(args, args.given)
     if args.greedy:
         args.temperature = 0.0
     try:
@@ -171,8 +173,11 @@ def run(args):
     """The reading or the generation the flags ask for, on the model they name."""
     if args.params is not None:
         return print_params(args.params, args.models_dir)
-    encoder, hparams, params = loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
-    if args.trace:
+    encoder, hparams, params, head = loading.load_model_or_classifier(args.model, args.models_dir, args.base_url,
+                                                                      quiet=args.quiet)
+    if head and not args.trace:  # the activations are a classifier's too; its output is a label
+        run_label(args, encoder, hparams, params, head)
+    elif args.trace:
         run_trace(args, encoder, hparams, params)
     elif args.lens:
         run_lens(args, encoder, hparams, params)
@@ -184,6 +189,33 @@ def run(args):
         run_score(args, encoder, hparams, params)
     else:
         run_generate(args, encoder, hparams, params)
+
+
+# ----------------------------------------------------------------------------
+# A classifier's folder: the prompt's label
+# ----------------------------------------------------------------------------
+
+def run_label(args, encoder, hparams, params, head):
+    """A classifier (classify.py) writes no text and has no next-token head: its answer to a prompt is the
+    prompt's label, and each label's probability. The flags of generating and of the next-token readings
+    are refused by name; --trace reads its activations as any GPT-2's."""
+    refused = sorted(args.given & (set(GENERATING) | {"score", "lens", "html", "top"}))
+    what = f"{args.model} is a classifier (labels {', '.join(map(str, head['labels']))})"
+    if refused:
+        raise UserError(f"{what}: it gives a text's label, not text or next tokens, so --{refused[0].replace('_', '-')}"
+                        " does not apply (python evaluate.py classify FILE --model ... labels a file of texts)")
+    if not args.prompt:
+        raise UserError(f"{what}: give it a text to label")
+    logits = classify.classify_texts([args.prompt], encoder, params, hparams, head["pad_id"])[0]
+    probs = g.softmax(logits.astype(np.float64))
+    label = head["labels"][int(logits.argmax())]
+    if args.json:
+        print(json.dumps({"model": args.model, "label": label, "labels": head["labels"], "logits": logits.tolist(),
+                          "probs": probs.tolist()}))
+        return
+    print(label)
+    for name, p in sorted(zip(head["labels"], probs), key=lambda pair: -pair[1]):
+        print(f"  {str(name):<20}{p:.4f}")
 
 
 # ----------------------------------------------------------------------------

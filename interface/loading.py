@@ -13,7 +13,8 @@ Face Hub), plumbing/weights.py (the weights, in TensorFlow's format or Hugging F
 """
 import bpe
 import download
-from plumbing import hub
+from plumbing import classifier_files, hub
+from plumbing.errors import UserError
 from plumbing.weights import check_tokenizer_fits, load_weights
 
 
@@ -39,3 +40,25 @@ def load_model(model="124M", models_dir=None, base_url=None, quiet=False):
     encoder = bpe.get_encoder(folder)
     check_tokenizer_fits(encoder.n_vocab, hparams, folder)
     return encoder, hparams, params
+
+
+def load_model_or_classifier(model, models_dir=None, base_url=None, quiet=False):
+    """-> (encoder, hparams, params, head): load_model's, and a classifier's head ({"labels", "pad_id",
+    "score"}; params then holds its "score" too), or None for a language model."""
+    folder = fetch_model(model, models_dir, base_url, quiet=quiet)
+    hparams, params = load_weights(folder)
+    head = classifier_files.read_head(folder, hparams["n_embd"])
+    encoder = bpe.get_encoder(folder)
+    check_tokenizer_fits(encoder.n_vocab, hparams, folder)
+    return encoder, hparams, params | ({"score": head["score"]} if head else {}), head
+
+
+def load_classifier(model, models_dir=None, base_url=None, quiet=False):
+    """load_model_or_classifier's, for a classifier's folder (train.py on labelled texts, or a
+    GPT2ForSequenceClassification); a language model is a UserError."""
+    encoder, hparams, params, head = load_model_or_classifier(model, models_dir, base_url, quiet)
+    if head is None:
+        raise UserError("holds a language model, not a classifier: it has no head (classifier.json and score.npy, "
+                        "or a GPT2ForSequenceClassification's config); train one with train.py --data "
+                        "labelled.jsonl", path=model_folder(model, models_dir))
+    return encoder, hparams, params, head

@@ -59,12 +59,15 @@ def add_table(p, table, prefix="", what=""):
 
 def parser():
     p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on documents or instruction "
-                                                             "data, or train one from nothing (--from-scratch).",
+                                                             "data, train a classifier on labelled texts, or "
+                                                             "train one from nothing (--from-scratch).",
                                 formatter_class=DefaultsHelp, allow_abbrev=False)
     model_flags(p)
     p.add_argument("--data", help="documents: a UTF-8 .txt file, a folder of them, or a .jsonl of {\"text\": ...} "
                                   "lines; or instruction data: a .jsonl of {\"prompt\": ..., \"response\": ...} "
-                                  "lines (from scratch, if not given: data/tinyshakespeare.txt; with --resume: the "
+                                  "lines; or labelled texts, {\"text\": ..., \"label\": ...} lines, which train a "
+                                  "classifier (from scratch, if not given: data/tinyshakespeare.txt; with --resume: "
+                                  "the "
                                   "saved run's)")
     p.add_argument("--out", required=True, help="the folder to write the trained model to")
     add_table(p, train.RECIPE)
@@ -227,7 +230,10 @@ def run_in(args):
                   "--steps goes on)")
             return 0
         code = train.train(ready, args.out, saved_flags(args, ready), quiet=args.quiet)
-    if code == 0:
+    if code == 0 and ready["train_data"]["kind"] == "labelled":
+        print(f"{args.out}: trained to step {args.steps}; classify with python evaluate.py classify FILE --model "
+              f"{args.out}")
+    elif code == 0:
         print(f"{args.out}: trained to step {args.steps}; run it with python gpt2_numpy.py --model {args.out} "
               "\"prompt\"")
     return code

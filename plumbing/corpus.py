@@ -1,8 +1,9 @@
 """The text that a model (train.py --data) or a vocabulary (bpe.py --train) learns from.
 
 A corpus is a list of documents: a .txt file is one document, a folder gives each of its .txt
-files, in sorted order, and a .jsonl file gives each line's {"text": ...}. A .jsonl file whose
-lines are {"prompt": ..., "response": ...} is instruction data: each line one example.
+files, in sorted order, and a .jsonl file gives each line's {"text": ...}. A .jsonl file of other
+lines is examples, told by their fields (KINDS): {"prompt", "response"} instruction data, {"text",
+"label"} labelled texts (a classifier's), {"prompt", "chosen", "rejected"} preferences.
 Both commands read it here (read_corpus), so that a vocabulary and the model trained with it see
 the same documents; where one document ends, train.py puts <|endoftext|> and bpe.py stops its
 pieces, so that no merge crosses from one document into the next.
@@ -17,7 +18,16 @@ import sys
 from plumbing.errors import UserError, read_text
 
 SEPARATOR = "\n\n"  # the old way between two documents: a blank line, as between two paragraphs
-TEXT, INSTRUCTION = ("text",), ("prompt", "response")  # a .jsonl line's keys: a document, or an example
+# A .jsonl line's kind is told by its fields (other fields are let be): {kind: ({field: type}, the field that
+# must not be empty, how a message names it)}. A line whose fields are several kinds' or none's is an error.
+KINDS = {
+    "documents": ({"text": str}, "text", "a document (text)"),
+    "instruction": ({"prompt": str, "response": str}, "response", "an example (prompt, response)"),
+    "labelled": ({"text": str, "label": (str, int)}, "text", "a labelled text (text, label)"),
+    "preference": ({"prompt": str, "chosen": str, "rejected": str}, "chosen", "a preference (prompt, chosen, "
+                                                                                 "rejected)"),
+}
+KIND_FIELDS = {field for fields, _, _ in KINDS.values() for field in fields}
 
 
 def as_documents(text):
@@ -26,17 +36,23 @@ def as_documents(text):
 
 
 def read_corpus(paths):
-    """-> (documents, examples): documents [text, ...] (read_documents), and examples
-    [(prompt, response), ...] when the data is instruction data, else None. The documents of
-    instruction data are its prompts and responses joined: what a vocabulary learns from."""
-    read = [read_jsonl(path) if is_jsonl(path) else (TEXT, read_documents([path])) for path in paths]
-    kinds = {kind for kind, _ in read}
-    if len(kinds) > 1:
-        raise UserError("the data mixes documents and instruction data (prompt, response): give one kind")
-    if kinds == {TEXT}:
-        return [d for _, items in read for d in items], None
+    """-> (documents, examples, kind): documents [text, ...] (read_documents); examples, each a line's
+    values in KINDS' order ((prompt, response), (text, label), (prompt, chosen, rejected)), None for
+    documents; and the kind, KINDS' name. The documents of the other kinds are each line's strings
+    joined: what a vocabulary learns from."""
+    read = [read_jsonl(path) if is_jsonl(path) else ("documents", read_documents([path])) for path in paths]
+    kinds = [kind for kind, _ in read]
+    if len(set(kinds)) > 1:
+        raise UserError(f"the data mixes {KINDS[kinds[0]][2]} and {KINDS[next(k for k in kinds if k != kinds[0])][2]}"
+                        " lines: give one kind")
+    if kinds[0] == "documents":
+        return [d for _, items in read for d in items], None, "documents"
     examples = [e for _, items in read for e in items]
-    return [prompt + response for prompt, response in examples], examples
+    return [joined(e) for e in examples], examples, kinds[0]
+
+
+def joined(example):
+    return "".join(value for value in example if isinstance(value, str))
 
 
 def read_documents(paths):
@@ -50,7 +66,7 @@ def read_documents(paths):
             documents += folder_documents(path)
         elif is_jsonl(path):
             kind, items = read_jsonl(path)
-            documents += items if kind == TEXT else [prompt + response for prompt, response in items]
+            documents += items if kind == "documents" else [joined(e) for e in items]
         else:
             documents.append(read_text(path))
     return documents
@@ -79,42 +95,37 @@ def is_jsonl(path):
 
 
 def read_jsonl(path):
-    """A .jsonl file of documents or of instruction data, all of one kind (jsonl_objects reads it).
-    -> (TEXT, [text, ...]) or (INSTRUCTION, [(prompt, response), ...]). A line with neither kind's
-    keys (or both), whose values are not strings, or whose text or response is empty, and a file
-    that mixes the kinds, is a UserError naming the line."""
+    """A .jsonl file of one of KINDS (jsonl_objects reads it). -> (kind, [text, ...]) for documents, else
+    (kind, [a line's values, ...]). A line of no kind or of several, whose values are not of their types,
+    or whose main field is empty, and a file that mixes the kinds, is a UserError naming the line."""
     kind, items = None, []
     for n, item in jsonl_objects(path):
         this = line_kind(item)
         if this is None:
-            raise UserError(f'line {n} is not {{"text": ...}} nor {{"prompt": ..., "response": ...}}', path=path)
+            raise UserError(f"line {n} is not " + " nor ".join(
+                "{" + ", ".join(f'"{f}": ...' for f in fields) + "}" for fields, _, _ in KINDS.values()), path=path)
         if kind not in (None, this):
-            raise UserError(f"line {n} is {describe(this)}, but the lines before it are {describe(kind)}: "
+            raise UserError(f"line {n} is {KINDS[this][2]}, but the lines before it are {KINDS[kind][2]}: "
                             "give one kind", path=path)
         kind = this
-        check_fields(item, dict.fromkeys(this, str), n, path)
-        values = [item[key] for key in this]
-        if not values[-1]:
-            raise UserError(f"line {n}'s {this[-1]} is empty", path=path)
-        items.append(values[0] if kind == TEXT else tuple(values))
+        fields, not_empty, _ = KINDS[kind]
+        check_fields(item, fields, n, path)
+        if not item[not_empty]:
+            raise UserError(f"line {n}'s {not_empty} is empty", path=path)
+        items.append(item["text"] if kind == "documents" else tuple(item[key] for key in fields))
     return kind, items
 
 
 def line_kind(item):
-    """TEXT, INSTRUCTION, or None: which keys the line's object has (exactly one kind's)."""
-    has = {kind for kind in (TEXT, INSTRUCTION) if all(key in item for key in kind)}
-    if len(has) != 1 or (TEXT in has and any(key in item for key in INSTRUCTION)):
-        return None
-    return has.pop()
-
-
-def describe(kind):
-    return "a document (text)" if kind == TEXT else "an example (prompt, response)"
+    """The kind (KINDS' name) whose fields are exactly those of the line's fields that any kind has; or None."""
+    used = set(item) & KIND_FIELDS
+    return next((kind for kind, (fields, _, _) in KINDS.items() if set(fields) == used), None)
 
 
 # --- the one .jsonl reader: every command's lines, with one set of messages ---------------------
 
-TYPE_NAMES = {str: "a string", list: "a list", int: "a whole number"}  # a field's type, as a message names it
+# a field's type, as a message names it
+TYPE_NAMES = {str: "a string", list: "a list", int: "a whole number", (str, int): "a string or a whole number"}
 
 
 def jsonl_objects(path, fields=None, limit=None):

@@ -22,7 +22,7 @@ import shutil
 
 import numpy as np
 
-from plumbing import shapes
+from plumbing import classifier_files, shapes
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
 from plumbing.shapes import LAYER_NORM_EPS, TOKENIZER_FILES
@@ -113,7 +113,7 @@ def load_hf_folder(folder):
             head = array
         elif "transformer." + short in ours:
             flat[ours["transformer." + short]] = array
-        elif not is_mask_buffer(short):
+        elif short != "score.weight" and not is_mask_buffer(short):  # a classifier's head: classifier_files.py
             unexpected.append(name)
     want = shapes.tensor_shapes(hp)
     for problem, names in (("missing", [hf_name(n) for n in want if n not in flat]), ("unexpected", sorted(unexpected))):
@@ -169,17 +169,23 @@ def merges_txt(vocab_bpe):
     return vocab_bpe if vocab_bpe.startswith(b"#version") else b"#version: 0.2\n" + vocab_bpe
 
 
-def write_hf_folder(folder, params, hparams, vocab_dir, eot):
+def write_hf_folder(folder, params, hparams, vocab_dir, eot, head=None):
     """Write params as a Hugging Face folder that GPT2LMHeadModel.from_pretrained and
     GPT2TokenizerFast.from_pretrained load: config.json, generation_config.json, model.safetensors
     (float32, the tied head left out as save_pretrained leaves it), and the tokenizer's two files from
-    vocab_dir (under OpenAI's names or Hugging Face's), whole or not at all."""
+    vocab_dir (under OpenAI's names or Hugging Face's), whole or not at all. head: a classifier's
+    ({"score", "labels", "pad_id"}, classifier_files.read_head's): a GPT2ForSequenceClassification, whose
+    score.weight is beside the body's tensors and whose config says its labels."""
     flat = shapes.flatten(params)
     for name, shape in shapes.tensor_shapes(hparams).items():
         if flat[name].shape != shape:
             raise HubFolderError(f"{name} has shape {flat[name].shape}, its hparams imply {shape}", path=folder)
     tensors = {hf_name(name): array for name, array in flat.items()}
-    files = {"config.json": json_file(config(hparams, eot)), "generation_config.json": json_file(generation_config(eot)),
+    settings = config(hparams, eot)
+    if head is not None:
+        tensors["score.weight"] = head["score"]
+        settings |= classifier_files.hf_config(head["labels"], head["pad_id"])
+    files = {"config.json": json_file(settings), "generation_config.json": json_file(generation_config(eot)),
              "tokenizer_config.json": json_file({"model_max_length": hparams["n_ctx"]})}
     with whole_folder(folder, "the Hugging Face folder", HubFolderError) as tmp:
         try:

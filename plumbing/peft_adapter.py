@@ -7,6 +7,10 @@
     adapter_config.json         peft_type "LORA", task_type "CAUSAL_LM", r, lora_alpha, target_modules,
                                 fan_in_fan_out: true, base_model_name_or_path, ...
 
+A classifier's (classify.py) is task_type "SEQ_CLS", with its head saved whole beside the adapters
+(modules_to_save ["score"]: base_model.model.score.weight [K, C]), which PEFT loads onto
+GPT2ForSequenceClassification.from_pretrained(base, num_labels=K, pad_token_id=...).
+
 PEFT holds A and B as torch.nn.Linear layers, whose weight is [out, in]: its lora_A.weight is our
 A [n_in, R] transposed, and lora_B.weight our B [R, n_out] transposed. fan_in_fan_out is true
 because GPT-2's Conv1D stores w as [n_in, n_out], as we do: PEFT then merges w + scale·(B A)ᵀ.
@@ -27,6 +31,7 @@ from plumbing.safetensors_writer import write_safetensors
 ADAPTER_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
 PREFIX = "base_model.model.transformer.h."  # PeftModel -> LoraModel -> GPT2LMHeadModel -> its blocks
+SCORE = "base_model.model.score.weight"  # a classifier's head, saved whole (PEFT's modules_to_save)
 HUB_NAMES = {"124M": "gpt2", "355M": "gpt2-medium", "774M": "gpt2-large", "1558M": "gpt2-xl"}  # the sizes' HF names
 
 
@@ -46,25 +51,30 @@ def base_name(model):
     return model[3:] if model.startswith("hf:") else os.path.abspath(model)
 
 
-def adapter_config(rank, alpha, targets, base):
-    """adapter_config.json's content, with the keys and defaults PEFT 0.21.2 writes for a plain LoRA."""
+def adapter_config(rank, alpha, targets, base, classifier=False):
+    """adapter_config.json's content, with the keys and defaults PEFT 0.21.2 writes for a plain LoRA;
+    a classifier's (classifier: True) is task_type SEQ_CLS, whose score is saved whole (modules_to_save)."""
     return {"base_model_name_or_path": base_name(base), "bias": "none", "fan_in_fan_out": True,
             "inference_mode": True, "init_lora_weights": True, "layers_pattern": None, "layers_to_transform": None,
             "lora_alpha": int(alpha) if float(alpha).is_integer() else alpha, "lora_dropout": 0.0,
-            "modules_to_save": None, "peft_type": "LORA", "r": rank, "revision": None,
-            "target_modules": list(targets), "task_type": "CAUSAL_LM", "use_dora": False, "use_rslora": False}
+            "modules_to_save": ["score"] if classifier else None, "peft_type": "LORA", "r": rank, "revision": None,
+            "target_modules": list(targets), "task_type": "SEQ_CLS" if classifier else "CAUSAL_LM", "use_dora": False,
+            "use_rslora": False}
 
 
-def adapter_files(adapters, alpha, targets, base):
+def adapter_files(adapters, alpha, targets, base, score=None):
     """{file name: bytes}: the two files, for checkpoint.write_checkpoint's `extra` (written with the model,
-    whole or not at all). rank: A's width."""
+    whole or not at all). rank: A's width. score: a classifier's head [K, C], trained in full, which PEFT
+    keeps as base_model.model.score.weight: PeftModel.from_pretrained(GPT2ForSequenceClassification
+    .from_pretrained(base, num_labels=K, pad_token_id=...), OUT)."""
     rank = next(iter(shapes.flatten(adapters).values())).shape[1]
+    tensors = peft_tensors(adapters) | ({SCORE: score} if score is not None else {})
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, ADAPTER_FILE)
-        write_safetensors(path, peft_tensors(adapters), {"format": "pt"})
+        write_safetensors(path, tensors, {"format": "pt"})
         with open(path, "rb") as f:
             weights = f.read()
-    config = adapter_config(rank, alpha, targets, base)
+    config = adapter_config(rank, alpha, targets, base, classifier=score is not None)
     return {ADAPTER_FILE: weights, CONFIG_FILE: json.dumps(config, indent=2).encode()}
 
 
@@ -75,6 +85,8 @@ def read_adapter(folder):
     tensors, _ = load_file(os.path.join(folder, ADAPTER_FILE))
     flat = {}
     for name, array in tensors.items():
+        if name == SCORE:
+            continue  # a classifier's head: read back from beside the model (classifier_files)
         if not name.startswith(PREFIX) or not name.endswith(".weight") or array.ndim != 2:
             raise UserError(f"holds {name}, not a LoRA adapter's tensor", path=os.path.join(folder, ADAPTER_FILE))
         block, part, layer, matrix = name[len(PREFIX):-len(".weight")].split(".")

@@ -94,6 +94,8 @@ def flatten(params):
     for i, block in enumerate(params["blocks"]):
         flat.update(walk(f"h{i}/", block))
     flat.update(walk("ln_f/", params.get("ln_f", {})))
+    if "score" in params:  # a classifier's head (classify.py), [n_labels, n_embd]
+        flat["score"] = params["score"]
     return flat
 
 

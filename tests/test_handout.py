@@ -10,10 +10,12 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import HERE, ROOT
 import handout
+from plumbing import classifier_files
 
 
 EXERCISES_DOC = os.path.join(ROOT, "docs", "exercises.md")
@@ -302,6 +304,7 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "patch": ["circuits.py", "patch", *IOI, "--site", "head", "--model", "model"],
     "dla": ["circuits.py", "dla", *IOI[:2], *IOI[4:], "--model", "model"],
     "attribution": ["circuits.py", "attribution", *IOI, "--site", "head", "--model", "model"],
+    "classify": ["evaluate.py", "classify", "labelled.jsonl", "--model", "classifier", "--json", "--quiet"],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -339,7 +342,8 @@ WRONG = {
                         "return float((logits[rows, :, answer] - logits[rows, :, wrong]).mean())",
     # every position's difference, not the last one's
     "patch_hook": "def hook(act, name):\n    return clean.copy()\n\nreturn hook",  # the whole activation, not the cell
-    "dla_component": "return ((component / scale) * direction).sum(-1)",  # not centred: ln_f subtracts the mean first
+    "dla_component": "return ((component / scale) * direction).sum(-1)",
+    "pooled_positions": "return np.full(len(ids), ids.shape[1] - 1)",  # the last position, a pad or not (rasbt #990)  # not centred: ln_f subtracts the mean first
     "activation_grads": "ids = checked_ids(ids, params)\n"
                         "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"
                         "model_backward(ids, kept, top, params, hparams, dlogits @ params['wte'], p_drop=0.1, "
@@ -363,6 +367,14 @@ def project_copy(folder, numbers, bodies=None):
     words = list(dict.fromkeys(re.findall(r"\b[a-z]{4,}\b", SHAKESPEARE)))[:16]
     with open(os.path.join(folder, "pairs.jsonl"), "w", encoding="utf-8") as f:  # instruction data: the loss is masked
         f.write("".join(f'{{"prompt": "Say {w} backwards:", "response": " {w[::-1]}"}}\n' for w in words))
+    classifier = shutil.copytree(model, os.path.join(folder, "classifier"))  # the model with a head of two labels
+    score = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    for name, content in classifier_files.head_files(score, ["ham", "spam"], 50256).items():
+        with open(os.path.join(classifier, name), "wb") as f:
+            f.write(content)
+    with open(os.path.join(folder, "labelled.jsonl"), "w", encoding="utf-8") as f:  # lengths that differ: padding
+        f.write("".join(json.dumps({"text": " ".join(words[:n]), "label": ["ham", "spam"][n % 2]}) + "\n"
+                        for n in (2, 9, 5, 12)))
     return folder
 
 

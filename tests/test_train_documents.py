@@ -33,9 +33,9 @@ def test_data_is_a_txt_file_a_folder_of_them_or_a_jsonl_of_texts(tmp_path):
         (folder / name).write_text(text, encoding="utf-8")
     lines = write_jsonl(tmp_path / "d.jsonl", [{"text": "line one"}, {"text": "line two\nstill two", "id": 7}])
     (tmp_path / "d.jsonl").write_text((tmp_path / "d.jsonl").read_text() + "\n  \n", encoding="utf-8")  # blank: skipped
-    assert corpus.read_corpus([str(tmp_path / "one.txt")]) == (["a whole story"], None)
-    assert corpus.read_corpus([str(folder)]) == (["first", "second"], None)
-    assert corpus.read_corpus([lines]) == (["line one", "line two\nstill two"], None)
+    assert corpus.read_corpus([str(tmp_path / "one.txt")]) == (["a whole story"], None, "documents")
+    assert corpus.read_corpus([str(folder)]) == (["first", "second"], None, "documents")
+    assert corpus.read_corpus([lines]) == (["line one", "line two\nstill two"], None, "documents")
     assert corpus.read_documents([str(folder), lines]) == ["first", "second", "line one", "line two\nstill two"]
 
 
@@ -45,7 +45,7 @@ def test_a_jsonl_line_ends_at_a_newline_alone(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"text": text}, ensure_ascii=False) + "\r\n" + json.dumps({"text": "b"}) + "\n",
                     encoding="utf-8")
-    assert corpus.read_corpus([str(path)]) == ([text, "b"], None)
+    assert corpus.read_corpus([str(path)]) == ([text, "b"], None, "documents")
     assert corpus.jsonl_objects(str(path), {"text": str}, limit=1) == [(1, {"text": text})]
 
 
@@ -143,7 +143,7 @@ def test_train_py_runs_on_a_jsonl_of_documents_from_scratch(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     encoder = bpe.get_encoder(str(out))
     assert encoder.eot == 261
-    documents, _ = corpus.read_corpus([data])
+    documents, _, _ = corpus.read_corpus([data])
     train_documents, _ = train.split_documents(documents, 0.1)
     assert len(train_documents) == 36
     assert (out / "vocab.bpe").read_text(encoding="utf-8") == bpe.vocab_files(bpe.train_merges_fast(train_documents,
@@ -166,7 +166,7 @@ def greedy_samples_that_end(ids):
     params = init_params(hp, 0)
     state, buffers = optimizer.new_adamw_state(params), {}
     for step in range(STOP_RECIPE["steps"]):
-        train.train_step(params, hp, state, ids, step, STOP_RECIPE, buffers)
+        train.train_step(params, hp, state, {"kind": "documents", "rows": ids}, step, STOP_RECIPE, buffers)
     samples = [np.concatenate(list(generate([BYTES.eot] + BYTES.encode(name), params, hp, 20, top_k=1,
                                             stop=BYTES.eot))).tolist() for name in NAMES]
     return sum(BYTES.eot in sample for sample in samples)

@@ -68,7 +68,7 @@ def test_a_long_example_is_cut_keeping_the_responses_start():
 def test_a_batch_of_examples_is_padded_on_the_right_with_no_loss():
     rows = [(np.array([1, 2, 3, 4]), np.array([IGNORE, 3, 4, 5])), (np.array([7, 8]), np.array([8, 9]))]
     picks = np.random.default_rng(3).integers(0, 2, 4)
-    x, y = train.example_batch(rows, 4, np.random.default_rng(3))
+    x, y = train.example_batch(rows, picks)
     assert x.shape == y.shape == (4, 4 if 0 in picks else 2) and x.dtype == y.dtype == np.int64
     for b, i in enumerate(picks):
         n = len(rows[i][0])
@@ -127,8 +127,8 @@ def test_the_loss_is_the_mean_over_the_response_tokens_alone(models, encoder):
     hp, params = models["tiny"]
     examples = [(ALPACA, "Blue, like the sea."), ("Q: What is two and two?\nA:", " Four.")]
     rows, _, _ = train.example_rows(encoder, examples, 0.0, 64)
-    x, y = train.example_batch(rows, 4, np.random.default_rng(1))
     picks = np.random.default_rng(1).integers(0, 2, 4)
+    x, y = train.example_batch(rows, picks)
     assert sorted(set(picks.tolist())) == [0, 1] and (y == IGNORE).any()
     losses = []
     for i in picks:
@@ -163,7 +163,7 @@ def test_a_tiny_model_learns_to_reverse_words_it_never_saw():
     params = init_params(hp, 0)
     state, buffers = optimizer.new_adamw_state(params), {}
     for step in range(REVERSE_RECIPE["steps"]):
-        train.train_step(params, hp, state, rows, step, REVERSE_RECIPE, buffers)
+        train.train_step(params, hp, state, {"kind": "instruction", "rows": rows}, step, REVERSE_RECIPE, buffers)
     right = [w for w in unseen if np.concatenate(list(generate(BYTES.encode(f"{w}>"), params, hp, 6, top_k=1,
                                                                stop=BYTES.eot))).tolist()
              == BYTES.encode(w[::-1]) + [BYTES.eot]]

@@ -131,7 +131,7 @@ def test_a_lora_step_trains_the_adapters_alone_and_leaves_the_weights_mapped(mod
     recipe = train.recipe_with(seed=3, accum=2, batch_size=2, context=8, dropout=0.1, grad_clip=0.5, lr=1e-2, warmup=0,
                                steps=10)
     ids = np.random.default_rng(0).integers(0, hp["n_vocab"], 200)
-    train.train_step(lora_params, hp, state, ids, 0, recipe, {}, adapters)
+    train.train_step(lora_params, hp, state, {"kind": "documents", "rows": ids}, 0, recipe, {}, adapters)
     assert set(state["m"]) == set(before) == {f"h{i}/{p}/lora/{m}" for i in range(3)
                                               for p in ("attn/c_attn", "attn/c_proj", "mlp/c_proj") for m in "AB"}
     assert all(not np.array_equal(a, before[k]) for k, a in shapes.flatten(adapters).items())
