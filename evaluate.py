@@ -14,16 +14,20 @@ equation, and where the GPT-2 paper's own numbers differ. The file goes:
   3. perplexity          of whole documents: nll, perplexity, word and byte perplexity, bits per byte
   4. loglikelihood       a continuation given a context (lm-eval's), and choice and lambada on top of it
   5. word surprisal      bits per word, a word's tokens found from their characters
-and at the bottom the entry point, which hands over to interface/evaluate_cli.py.
+and above them all the entry point, which hands over to interface/evaluate_cli.py.
 
 Every score is log p of a token given the tokens before it: gpt2_numpy's model, and its
 token_logprobs. A text is scored after <|endoftext|> (encoder.eot), so its first token has a
 prediction too. Shapes: B = requests in a batch, T = positions, C = n_embd, V = n_vocab.
 rolling_windows_fast stands beside rolling_windows, and a test holds the two equal.
 """
+if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
+    from interface.start import start
+
+    start("evaluate_cli")  # the command line (flags, files, printing, exit codes)
+
 import math
 import re
-import sys
 
 import numpy as np
 
@@ -330,9 +334,3 @@ def word_surprisals(lines, encoder, params, hparams, batch_size=BATCH_SIZE, prog
         out[i] = [(word, float(b), int(k)) for word, b, k in zip(words, bits, n_tokens)]
     return out
 
-
-if __name__ == "__main__":
-    sys.modules.setdefault("evaluate", sys.modules["__main__"])  # evaluate_cli imports this file: run it once
-    from interface import evaluate_cli  # the command line (flags, files, printing, exit codes)
-
-    sys.exit(evaluate_cli.main())

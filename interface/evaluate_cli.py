@@ -168,6 +168,3 @@ def run_lambada(args):
 
 
 RUN = {"perplexity": run_perplexity, "surprisal": run_surprisal, "choice": run_choice, "lambada": run_lambada}
-
-if __name__ == "__main__":
-    sys.exit(main())
