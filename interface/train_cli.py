@@ -21,7 +21,7 @@ import numpy as np
 
 import train
 from interface import loading
-from interface.options import model_flags
+from interface.options import model_flags, threads_flag
 from plumbing import shapes
 from plumbing.errors import UserError, exit_status, fail, given_flags, read_json
 from plumbing.folders import check_new_folder
@@ -73,6 +73,7 @@ def parser():
     p.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its flags")
     p.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal, a line every 10 s "
                                                         "in a log)")
+    threads_flag(p)
     p.error = fail
     return p
 

@@ -19,6 +19,7 @@ import time
 import pytest
 
 from conftest import ROOT, tiny_mirror
+from interface import start
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc/PID/status (Linux)")
 
@@ -126,3 +127,57 @@ def test_a_signal_in_the_first_second_is_one_line_and_130(url, tmp_path, name):
             continue
         assert status == 130 and err.strip() == SAID[stop], (at, status, err)
         assert left == [], (at, left)
+
+
+# --- --threads: BLAS's threads, set before NumPy loads ---------------------------------------
+
+@pytest.mark.parametrize("argv, environment, threads", [
+    (["--threads", "3"], {}, "3"), (["--threads=2", "x"], {}, "2"), (["--threads", "3", "--threads", "2"], {}, "2"),
+    (["--threads", "3"], {"OMP_NUM_THREADS": "2"}, "3"),  # the flag over the environment
+    ([], {"OPENBLAS_NUM_THREADS": "2"}, None),  # the environment's own, left alone
+    ([], {}, str(start.THREADS)), (["--threads", "0"], {}, str(start.THREADS)),  # argparse says what 0 is
+    (["--", "--threads", "3"], {}, str(start.THREADS)), (["--threads"], {}, str(start.THREADS))])
+def test_threads_come_from_the_flag_else_the_environment_else_the_default(monkeypatch, argv, environment, threads):
+    for v in start.THREAD_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    for v, value in environment.items():
+        monkeypatch.setenv(v, value)
+    start.use_threads(argv)
+    assert {v: os.environ.get(v) for v in start.THREAD_VARIABLES} == (
+        {v: environment.get(v) for v in start.THREAD_VARIABLES} if threads is None
+        else dict.fromkeys(start.THREAD_VARIABLES, threads))
+
+
+# Runs a command as python would, and says on its way out how many threads its BLAS ran (OpenBLAS's own count).
+BLAS_THREADS = """import atexit, ctypes, runpy, sys
+def blas_threads():
+    with open("/proc/self/maps") as f:
+        lib = ctypes.CDLL(next(line.split()[-1] for line in f if "openblas" in line and ".so" in line))
+    name = next(n for n in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+                            "openblas_get_num_threads") if hasattr(lib, n))
+    return getattr(lib, name)()
+atexit.register(lambda: print("BLAS threads", blas_threads(), file=sys.stderr))
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("name", ["gpt2_numpy.py", "train.py", "evaluate.py", "circuits.py"])
+def test_each_computing_command_runs_blas_on_the_threads_it_is_given(name):
+    """--threads N is BLAS's thread count, and so is the default without it: BLAS took them as NumPy
+    loaded. The commands stop at a mistake in their flags, after their imports, so each run is short."""
+    mistake = {"gpt2_numpy.py": ["--top-k", "-3"], "train.py": ["--out"], "evaluate.py": ["perplexity"],
+               "circuits.py": ["heads"]}[name]
+    env = {k: v for k, v in os.environ.items() if k not in start.THREAD_VARIABLES}
+    said = {}
+    given = "2" if start.THREADS == 1 else "1"
+    for threads in (given, None):
+        r = subprocess.run([sys.executable, "-c", BLAS_THREADS, os.path.join(ROOT, name), *mistake,
+                            *(["--threads", threads] if threads else [])], capture_output=True, text=True, env=env)
+        assert r.returncode == 2 and r.stderr.startswith("error: "), r.stderr
+        said[threads] = r.stderr.splitlines()[-1]
+    assert said == {given: f"BLAS threads {given}", None: f"BLAS threads {start.THREADS}"}
+    subcommand = {"evaluate.py": ["perplexity"], "circuits.py": ["heads"]}.get(name, [])
+    r = subprocess.run([sys.executable, os.path.join(ROOT, name), *subcommand, "--threads", "0"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "--threads" in r.stderr, r.stderr
