@@ -13,8 +13,14 @@ import sys
 import threading
 import time
 
-import numpy as np
-import pytest
+# BLAS on one thread, here and in every command the tests start (they inherit the environment): the
+# tests' arrays are small, and on a machine that other work shares OpenBLAS's threads wait for each
+# other, several times slower than one (docs/performance.md). OPENBLAS_CORETYPE is left as it is.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+os.environ.update(dict.fromkeys(THREAD_VARIABLES, "1"))
+
+import numpy as np  # noqa: E402  (after the threads: BLAS reads them as NumPy loads)
+import pytest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -261,6 +267,19 @@ def train_args(model, data, out, *more):
 def run_train(*args):
     return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
                           timeout=300)
+
+
+def train_in_process(capsys, *args):
+    """train.py's main in this process, without a process's start and imports (a second or more on a busy
+    machine): -> (exit status, stderr). For the messages; the tests that stop a run start train.py itself."""
+    from interface import train_cli
+
+    capsys.readouterr()
+    try:
+        status = train_cli.main([str(a) for a in args])
+    except SystemExit as e:
+        status = e.code
+    return status, capsys.readouterr().err
 
 
 # a model folder and a small text to fine-tune it on (test_train.py, test_train_lora.py)
