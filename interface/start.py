@@ -19,7 +19,7 @@ import sys
 from plumbing.errors import ctrl_c_waits, exit_status
 
 # BLAS's threads unless told: one. On a machine that other work shares, OpenBLAS's threads wait for
-# each other and run 3-7x slower than one; idle, a second thread saves at most a third (docs/performance.md).
+# each other and run 3-7x slower than one; idle, a second saves about a tenth (docs/performance.md).
 THREADS = 1
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 

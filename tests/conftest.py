@@ -269,17 +269,17 @@ def run_train(*args):
                           timeout=300)
 
 
-def train_in_process(capsys, *args):
-    """train.py's main in this process, without a process's start and imports (a second or more on a busy
-    machine): -> (exit status, stderr). For the messages; the tests that stop a run start train.py itself."""
-    from interface import train_cli
-
+def in_process(main, capsys, *args):
+    """A command line's main(args) in this process, without a process's start and imports (a second or
+    more on a busy machine): -> a CompletedProcess (exit status, stdout, stderr). For its messages and
+    statuses; the tests that stop a command, or that need its imports fresh, start it for real."""
     capsys.readouterr()
     try:
-        status = train_cli.main([str(a) for a in args])
+        status = main([str(a) for a in args])
     except SystemExit as e:
         status = e.code
-    return status, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, status, out, err)
 
 
 # a model folder and a small text to fine-tune it on (test_train.py, test_train_lora.py)

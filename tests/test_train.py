@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT, run_train, train_args, train_in_process
+from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT, in_process, run_train, train_args
 import optimizer
 import train
 from interface import train_cli
@@ -152,8 +152,8 @@ def test_bad_input_is_one_line_and_nothing_is_written(tiny_model, tmp_path, caps
             (short, tmp_path / "no such folder" / "o6", tiny_model, "o6: its parent folder " +
              str(tmp_path / "no such folder") + " does not exist"),
             (short, tmp_path / "o5", "1558M", "are free: use a smaller model, batch or context")]:
-        status, err = train_in_process(capsys, *train_args(model, data, out))
-        assert status == 2 and err.count("\n") == 1 and message in err, err
+        r = in_process(train_cli.main, capsys, *train_args(model, data, out))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
         assert not os.path.exists(out)
     assert sorted(os.listdir(tmp_path)) == ["a file", "empty.txt", "latin.txt", "short.txt"]
 
@@ -248,8 +248,8 @@ def test_from_scratch_is_bit_reproducible_with_its_own_vocabulary(tmp_path, corp
     (["--beta2", "1"], "--beta2 must be in (0, 1)"),
 ])
 def test_from_scratch_bad_input_is_one_line_and_nothing_is_written(tmp_path, capsys, args, message):
-    status, err = train_in_process(capsys, *SCRATCH, "--out", tmp_path / "o", "--steps", "5", *args)
-    assert status == 2 and err.count("\n") == 1 and message in err, err
+    r = in_process(train_cli.main, capsys, *SCRATCH, "--out", tmp_path / "o", "--steps", "5", *args)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert sorted(os.listdir(tmp_path)) == []
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import DATA, ROOT, numerical_grad, r64, train_in_process
+from conftest import DATA, ROOT, in_process, numerical_grad, r64
 import gpt2_numpy as g
 import optimizer
 import parameters
@@ -270,8 +270,9 @@ def test_bad_lora_flags_are_one_line_and_nothing_is_written(tiny_model, corpus, 
             (["--out", str(lora_run), "--resume", "--steps", "9", "--lora-rank", "2"],
              "--resume continues the run saved in"),
             (["--out", str(lora_run), "--resume", "--steps", "9", "--lora-targets", "c_attn"], "its LoRA flags")]:
-        status, err = train_in_process(capsys, *args)
-        assert status == 2 and err.count("\n") == 1 and err.startswith("error: ") and message in err, (args, err)
+        r = in_process(train_cli.main, capsys, *args)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") \
+            and message in r.stderr, (args, r.stderr)
         assert not (tmp_path / "o").exists()
     assert (lora_run / peft_adapter.ADAPTER_FILE).read_bytes() == saved
 
