@@ -47,11 +47,11 @@ from gpt2_numpy import gpt2
 from plumbing.weights import load_weights
 hparams, params = load_weights({folder!r})
 ids = np.random.default_rng(0).integers(0, hparams["n_vocab"], 256)
-gpt2(ids, params, hparams["n_head"])
+gpt2(ids[None], params, hparams)
 times = []
 for _ in range(3):
     start = time.perf_counter()
-    gpt2(ids, params, hparams["n_head"])
+    gpt2(ids[None], params, hparams)
     times.append(time.perf_counter() - start)
 print(statistics.median(times))
 """
@@ -127,12 +127,13 @@ try:
 except ImportError:
     path = next(l.split()[-1] for l in open("/proc/self/maps") if "openblas" in l and ".so" in l)
     lib = ctypes.CDLL(path)
-    pre = next(p for p in ("scipy_openblas_", "openblas_") if hasattr(lib, p + "get_corename64_") or hasattr(lib, p + "get_corename"))
+    pre = next(p for p in ("scipy_openblas_", "openblas_")
+               if hasattr(lib, p + "get_corename64_") or hasattr(lib, p + "get_corename"))
     end = "64_" if hasattr(lib, pre + "get_corename64_") else ""
     core, config = getattr(lib, pre + "get_corename" + end), getattr(lib, pre + "get_config" + end)
     core.restype = config.restype = ctypes.c_char_p
-    print("OpenBLAS", config().decode().split()[1], core().decode(), "threads", getattr(lib, pre + "get_num_threads" + end)(),
-          "(OpenBLAS's own openblas_get_corename; threadpoolctl is not installed)")
+    print("OpenBLAS", config().decode().split()[1], core().decode(), "threads",
+          getattr(lib, pre + "get_num_threads" + end)(), "(OpenBLAS's own get_corename; no threadpoolctl)")
 """
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip()
@@ -177,7 +178,11 @@ def main():
                                 env = {k: v for k, v in os.environ.items()
                                        if k not in THREAD_VARIABLES and k != "OPENBLAS_CORETYPE"}
                                 env.update(changes, **({"OPENBLAS_CORETYPE": coretype} if coretype else {}))
-                                times.setdefault((name, busy, coretype, threads), []).append(timed(argv, env))
+                                seconds = timed(argv, env)
+                                times.setdefault((name, busy, coretype, threads), []).append(seconds)
+                                kind = f", CORETYPE {coretype}" if coretype else ""
+                                print(f"  {name}, busy {busy}, {threads} thr{kind}: {seconds:.2f} s", file=sys.stderr,
+                                      flush=True)
                 finally:
                     for s in spinners:
                         s.kill()
