@@ -33,6 +33,11 @@ train_merges); a test holds each pair equal, and a handout runs the plain one.
 
 (The command line is interface/bpe_cli.py; this file is the tokenizer.)
 """
+if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
+    from interface.start import start
+
+    start("bpe_cli")  # the command line (show, decode, learn a vocabulary): this file is the tokenizer
+
 import codecs
 import contextlib
 import heapq
@@ -547,9 +552,3 @@ def write_vocab(folder, merges):
                 f.write(content)
     return folder
 
-
-if __name__ == "__main__":
-    sys.modules.setdefault("bpe", sys.modules["__main__"])  # bpe_cli imports this file: run it once
-    from interface import bpe_cli  # the command line (show, decode, learn a vocabulary): this file is the tokenizer
-
-    sys.exit(bpe_cli.main())

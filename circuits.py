@@ -25,7 +25,11 @@ Nothing here runs the model but gpt2_numpy's forward pass: patched runs are its 
 (look_inside.run_with_hooks); the fast sweeps run it too, from the patched layer on, over many
 patched copies in one batch (run_patched_fast beside run_patched, which a test holds equal).
 """
-import sys
+if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
+    from interface.start import start
+
+    start("circuits_cli")  # the command line (flags, tables, pages): this file is the experiments
+
 
 import numpy as np
 
@@ -434,9 +438,3 @@ def repeated_random_tokens(n, n_vocab, eot, seed=None):
     half = half + (half >= eot)
     return np.concatenate([[eot], half, half]).astype(np.int64)
 
-
-if __name__ == "__main__":
-    sys.modules.setdefault("circuits", sys.modules["__main__"])  # circuits_cli imports this file: run it once
-    from interface import circuits_cli  # the command line (flags, tables, pages): this file is the experiments
-
-    sys.exit(circuits_cli.main())

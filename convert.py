@@ -42,7 +42,10 @@ plumbing/checkpoint.py (TensorFlow's format) and plumbing/hf_model.py (with
 plumbing/safetensors_writer.py); docs/fine_tuning.md shows the folder loading in transformers.
 The command line, which fetches MODEL first, is interface/convert_cli.py.
 """
-import sys
+if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
+    from interface.start import start
+
+    start("convert_cli")  # the command line (which model, OUT, messages): this file is the formats
 
 import bpe
 from plumbing import classifier_files, hf_model
@@ -67,9 +70,3 @@ def convert(folder, out, to):
     extra = classifier_files.head_files(head["score"], head["labels"], head["pad_id"]) if head else None
     return write_checkpoint(out, params, hparams, vocab_dir=folder, extra=extra)
 
-
-if __name__ == "__main__":
-    sys.modules.setdefault("convert", sys.modules["__main__"])  # convert_cli imports this file: run it once
-    from interface import convert_cli  # the command line (which model, OUT, messages): this file is the formats
-
-    sys.exit(convert_cli.main())

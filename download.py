@@ -15,6 +15,11 @@ folder that heals itself.
 Run `python download.py 124M` to fetch a model, `python download.py --verify 124M`
 to check every tensor's checksum (the command line: interface/download_cli.py).
 """
+if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
+    from interface.start import start
+
+    start("download_cli")  # the command line (a size to fetch, or --verify)
+
 import os
 import shlex
 import sys
@@ -202,9 +207,3 @@ def check_downloaded(model, folder, models_dir):
         raise DownloadError(f"{model} is not downloaded ({what} {folder}): python download.py {model}{flag} "
                             "downloads it")
 
-
-if __name__ == "__main__":
-    sys.modules.setdefault("download", sys.modules["__main__"])  # download_cli imports this file: run it once
-    from interface import download_cli  # the command line (a size to fetch, or --verify)
-
-    sys.exit(download_cli.main())

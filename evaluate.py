@@ -16,16 +16,20 @@ equation, and where the GPT-2 paper's own numbers differ. The file goes:
   4. loglikelihood       a continuation given a context (lm-eval's), and choice and lambada on top of it
   5. word surprisal      bits per word, a word's tokens found from their characters
   6. classification      a classifier's accuracy and confusion table (its logits: classify.py)
-and at the bottom the entry point, which hands over to interface/evaluate_cli.py.
+and above them all the entry point, which hands over to interface/evaluate_cli.py.
 
 Every score is log p of a token given the tokens before it: gpt2_numpy's model, and its
 token_logprobs. A text is scored after <|endoftext|> (encoder.eot), so its first token has a
 prediction too. Shapes: B = requests in a batch, T = positions, C = n_embd, V = n_vocab.
 rolling_windows_fast stands beside rolling_windows, and a test holds the two equal.
 """
+if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
+    from interface.start import start
+
+    start("evaluate_cli")  # the command line (flags, files, printing, exit codes)
+
 import math
 import re
-import sys
 
 import numpy as np
 
@@ -342,10 +346,3 @@ def classification(true, predicted, n_labels):
     confusion = np.zeros((n_labels, n_labels), np.int64)
     np.add.at(confusion, (np.asarray(true, np.int64), np.asarray(predicted, np.int64)), 1)
     return float(np.trace(confusion) / max(len(true), 1)), confusion.tolist()
-
-
-if __name__ == "__main__":
-    sys.modules.setdefault("evaluate", sys.modules["__main__"])  # evaluate_cli imports this file: run it once
-    from interface import evaluate_cli  # the command line (flags, files, printing, exit codes)
-
-    sys.exit(evaluate_cli.main())

@@ -8,7 +8,7 @@
   4. generation         the processors (penalties, top-k, top-p, min-p), sampling, stop strings, generate
   5. scoring            the next-token loss, score
   6. the checks at the door: clear errors for what NumPy would get wrong quietly
-The entry point at the bottom hands over to interface/gpt2_cli.py; finding and reading the weights is
+The entry point, above the imports, hands over to interface/gpt2_cli.py; finding and reading the weights is
 interface/loading.py's work. The model needs NumPy alone, and knows nothing of either.
 
 Arrays are float32. Shapes: B batch, T positions, C = n_embd, H = n_head, D = C / H (a head's width),
@@ -21,8 +21,12 @@ Hooks: each activation passes through hook(name, array), which returns the array
 Plain first: a fast form (gelu_fast) stays beside its plain one and a test holds the two equal; in a
 handout the fast form calls the student's plain one.
 """
+if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
+    from interface.start import start
+
+    start("gpt2_cli")  # the command line (flags, printing, exit codes): this file is the model
+
 import math
-import sys
 
 import numpy as np
 
@@ -491,9 +495,3 @@ def check_sampling(n_tokens, temperature, top_k, top_p, n_samples, min_p=0.0, re
         if not ok:
             raise UserError(f"must be {rule}, got {value!r}", arg=arg)
 
-
-if __name__ == "__main__":
-    sys.modules.setdefault("gpt2_numpy", sys.modules["__main__"])  # gpt2_cli imports this file: run it once
-    from interface import gpt2_cli  # the command line (flags, printing, exit codes): this file is the model
-
-    sys.exit(gpt2_cli.main())

@@ -21,11 +21,15 @@ naming the exercise, and pass again with the function restored; and that the pro
 stops, prints something else when the function is written wrong, and prints what the whole
 project prints when it is written right.
 """
+if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
+    from interface.start import start
+
+    start("handout_cli")  # the command line (--list, or a copy with exercises to do)
+
 import ast
 import os
 import shutil
 import subprocess
-import sys
 
 from plumbing.errors import UserError
 from plumbing.folders import check_new_folder, whole_folder
@@ -337,9 +341,3 @@ def programs_waiting(numbers):
               if w != "generate" and (todo := [n for n in needed_by(w) if n in numbers])]
     return lines
 
-
-if __name__ == "__main__":
-    sys.modules.setdefault("handout", sys.modules["__main__"])  # handout_cli imports this file: run it once
-    from interface import handout_cli  # the command line (--list, or a copy with exercises to do)
-
-    sys.exit(handout_cli.main())

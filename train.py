@@ -29,6 +29,11 @@ a run stopped (Ctrl-C saves it) and resumed is the same run, bit for bit.
 
 The command line (its flags are made from the tables here, which model, messages) is interface/train_cli.py.
 """
+if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
+    from interface.start import start
+
+    start("train_cli")  # the command line (flags, which model, messages): this file is the training
+
 import json
 import math
 import os
@@ -799,9 +804,3 @@ def load_state(folder, params):
         return {"step": int(z["step"]), "m": {k: z[f"m/{k}"].copy() for k in names},
                 "v": {k: z[f"v/{k}"].copy() for k in names}}
 
-
-if __name__ == "__main__":
-    sys.modules.setdefault("train", sys.modules["__main__"])  # train_cli imports this file: run it once
-    from interface import train_cli  # the command line (flags, which model, messages): this file is the training
-
-    sys.exit(train_cli.main())

@@ -22,7 +22,7 @@ import numpy as np
 
 import circuits
 from interface import loading
-from interface.options import at_least, check_page_folder, model_flags, user_message
+from interface.options import at_least, check_page_folder, model_flags, threads_flag, user_message
 from plumbing.errors import UserError, exit_status, fail
 
 RANDOM = "random:"  # --text random:N: N random ids said twice
@@ -107,6 +107,7 @@ def parse_args(argv):
         sub.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         sub.add_argument("--html", metavar="FILE", help="also write the result as a heatmap, one self-contained page")
         sub.add_argument("--quiet", action="store_true", help="no progress bars while a model downloads")
+        threads_flag(sub)
         sub.error = fail
     p.error = fail
     args = p.parse_args(argv)

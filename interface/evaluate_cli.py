@@ -18,7 +18,7 @@ import sys
 import classify
 import evaluate
 from interface import loading
-from interface.options import at_least, model_flags, user_message
+from interface.options import at_least, model_flags, threads_flag, user_message
 from plumbing.corpus import jsonl_objects, read_documents
 from plumbing.errors import UserError, exit_status, fail, read_text
 from plumbing.progress import progress
@@ -35,6 +35,7 @@ def parse_args(argv):
     common.add_argument("--limit", type=at_least(1), help="only the first N items (documents, lines)")
     common.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     common.add_argument("--quiet", action="store_true", help="no progress display")
+    threads_flag(common)
     p = argparse.ArgumentParser(prog="evaluate.py", allow_abbrev=False,
                                 description="Measure a GPT-2 as lm-eval and minicons do (docs/evaluating.md).")
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -220,6 +221,3 @@ def run_classify(args):
 
 RUN = {"perplexity": run_perplexity, "surprisal": run_surprisal, "choice": run_choice, "lambada": run_lambada,
        "classify": run_classify}
-
-if __name__ == "__main__":
-    sys.exit(main())

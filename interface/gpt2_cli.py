@@ -29,7 +29,7 @@ import parameters
 import speculative
 from interface import loading
 from interface.bpe_cli import shown_token
-from interface.options import at_least, check_page_folder, model_flags, number, user_message
+from interface.options import at_least, check_page_folder, model_flags, number, threads_flag, user_message
 from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
@@ -49,7 +49,7 @@ def parse_args(argv):
                         "empty: sample unconditionally")
     model_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--threads", type=at_least(1), default=None, help="BLAS threads (default: BLAS decides)")
+    threads_flag(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars, no speed report")
     for add_flags in (generate_flags, score_flags, trace_flags, look_inside_flags, params_flags):
         add_flags(p)  # each subcommand's flags are defined beside its printing, below
@@ -154,17 +154,8 @@ def check_beam_flags(args, given, flag):
         fail(f"--top with --json gives sampling's alternatives at each step; {beams} has none")
 
 
-def use_threads(n):
-    """BLAS reads its thread count once, when NumPy loads; so to change it, start again with it set."""
-    if n and os.environ.get("OMP_NUM_THREADS") != str(n):
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = str(n)
-        os.execv(sys.executable, [sys.executable] + sys.argv)
-
-
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    use_threads(args.threads)
     sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?'
     return exit_status(lambda: run(args), user_message)
 

@@ -2,6 +2,7 @@
 flags' own words, and a whole number from a flag.
 
     model_flags(parser)    --model, --models-dir and (where OpenAI's files are downloaded) --base-url
+    threads_flag(parser)   --threads N, BLAS's threads (interface/start.py sets them before NumPy loads)
     user_message(e)        a UserError about the Python API's top_k, as the command line's --top-k
     at_least(1)            an argparse type: a whole number no smaller than 1 ("--num-beams must be at least 1, got 0")
     number                 an argparse type: a number ("--top-p must be a number, got 'x'")
@@ -10,6 +11,7 @@ flags' own words, and a whole number from a flag.
 import argparse
 import os
 
+from interface.start import THREADS
 from plumbing import shapes
 from plumbing.errors import fail
 from plumbing.folders import MODELS_DIR_ENV
@@ -42,6 +44,14 @@ def model_flags(parser, positional=False, model_help=MODEL_HELP, base_url=True):
     if base_url:
         parser.add_argument("--base-url", help=f"a mirror of OpenAI's model files, serving <size>/<file> (default: "
                                                f"${download.BASE_URL_ENV}, else OpenAI's own)")
+
+
+def threads_flag(parser):
+    """--threads N: the threads of the matrix products. The value is taken before NumPy loads
+    (interface/start.py); here it is checked and shown in --help."""
+    parser.add_argument("--threads", type=at_least(1), metavar="N",
+                        help=f"BLAS threads for the matrix products (default: $OMP_NUM_THREADS or "
+                             f"$OPENBLAS_NUM_THREADS if set, else {THREADS}: on a busy machine more are slower)")
 
 
 def user_message(e):

@@ -21,7 +21,7 @@ import numpy as np
 
 import train
 from interface import loading
-from interface.options import at_least, model_flags, number
+from interface.options import at_least, model_flags, number, threads_flag
 from plumbing import shapes
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural, read_json
 from plumbing.folders import check_new_folder, in_models_folder
@@ -78,6 +78,7 @@ def parser():
     p.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its flags")
     p.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal, a line every 10 s "
                                                         "in a log)")
+    threads_flag(p)
     p.error = fail
     return p
 

@@ -61,8 +61,10 @@ def exit_status(work, message=str):
     status 2 (`fail`, with message(e)); Ctrl-C and SIGTERM are one line and 130; a reader that went
     away (`| head`) is a quiet stop. A bug is not caught here: it shows its traceback."""
     main = threading.current_thread() is threading.main_thread()  # only there can a signal be handled
-    previous = signal.signal(signal.SIGTERM, raise_terminated) if main else None
+    previous = signal.getsignal(signal.SIGTERM)
     try:
+        if main:  # inside the try: a signal can come while signal.signal is still returning
+            signal.signal(signal.SIGTERM, raise_terminated)
         return work() or 0
     except UserError as e:
         fail(message(e))
@@ -74,7 +76,7 @@ def exit_status(work, message=str):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     finally:
-        if main:
+        if main and signal.getsignal(signal.SIGTERM) is raise_terminated:  # unless the work chose another since
             signal.signal(signal.SIGTERM, previous)
 
 
@@ -87,12 +89,14 @@ def ctrl_c_waits():
     the block ends, so the work in it (a training step: its update runs on both cores) is done
     whole or not begun: then Ctrl-C is a KeyboardInterrupt, and SIGTERM goes to the handler it
     would have met at once (exit_status's Terminated; outside a command, the process ends).
-    An exception raised in the block goes on as usual. Outside the main thread it changes nothing."""
+    An exception raised in the block goes on as usual. Outside the main thread it changes nothing,
+    and an ignored signal (`nohup`, a shell's background job) is still ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     arrived = []
-    previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in WAITING}
+    previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum))
+                for s in WAITING if signal.getsignal(s) is not signal.SIG_IGN}  # one ignored stays ignored
     try:
         yield
     finally:

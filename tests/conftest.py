@@ -13,8 +13,14 @@ import sys
 import threading
 import time
 
-import numpy as np
-import pytest
+# BLAS on one thread, here and in every command the tests start (they inherit the environment): the
+# tests' arrays are small, and on a machine that other work shares OpenBLAS's threads wait for each
+# other, several times slower than one (docs/performance.md). OPENBLAS_CORETYPE is left as it is.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+os.environ.update(dict.fromkeys(THREAD_VARIABLES, "1"))
+
+import numpy as np  # noqa: E402  (after the threads: BLAS reads them as NumPy loads)
+import pytest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -240,7 +246,7 @@ FILE_ORDER = ["test_gpt2_numpy.py", "test_crc32c.py", "test_bpe.py", "test_check
               "test_train_documents.py", "test_train_instruction.py", "test_train_lora.py", "test_classify.py", "test_train_classify.py",
               "test_parameters.py",
               "test_safetensors_writer.py", "test_hf_model.py", "test_convert.py", "test_download.py",
-              "test_gpt2_cli.py", "test_speculative.py", "test_html_page.py", "test_layout.py",
+              "test_gpt2_cli.py", "test_speculative.py", "test_html_page.py", "test_start.py", "test_layout.py",
               "test_real_weights.py", "test_handout.py"]
 
 
@@ -262,6 +268,19 @@ def train_args(model, data, out, *more):
 def run_train(*args, env=None):
     return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
                           timeout=300, env={**os.environ, **(env or {})})
+
+
+def in_process(main, capsys, *args):
+    """A command line's main(args) in this process, without a process's start and imports (a second or
+    more on a busy machine): -> a CompletedProcess (exit status, stdout, stderr). For its messages and
+    statuses; the tests that stop a command, or that need its imports fresh, start it for real."""
+    capsys.readouterr()
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, status, out, err)
 
 
 # a model folder and a small text to fine-tune it on (test_train.py, test_train_lora.py)

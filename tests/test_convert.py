@@ -21,8 +21,9 @@ import pytest
 
 import bpe
 import convert
-from conftest import DATA, ROOT, model_folder_copy, tiny_mirror
+from conftest import DATA, ROOT, in_process, model_folder_copy, tiny_mirror
 import gpt2_numpy as g
+from interface import convert_cli
 from interface.loading import load_model
 from plumbing import hf_model, shapes
 from plumbing.checkpoint import load_checkpoint, stored_shapes
@@ -232,12 +233,13 @@ def test_a_size_is_downloaded_first_from_models_dir_and_base_url(tmp_path):
     assert os.path.exists(tmp_path / "models" / "124M" / "model.ckpt.index")
 
 
-def test_an_existing_out_is_refused_before_any_work(tmp_path):
+def test_an_existing_out_is_refused_before_any_work(tmp_path, capsys):
     source = model_folder_copy("tiny", str(tmp_path / "tiny"))
     (tmp_path / "empty").mkdir()
     (tmp_path / "file").write_text("x")
     for out in ("empty", "file", "tiny"):
-        assert_one_line_error(run(source, str(tmp_path / out), "--to", "hf"), "already exists: choose a new folder")
+        assert_one_line_error(in_process(convert_cli.main, capsys, source, tmp_path / out, "--to", "hf"),
+                              "already exists: choose a new folder")
     assert sorted(os.listdir(tmp_path)) == ["empty", "file", "tiny"] and os.listdir(tmp_path / "empty") == []
 
 
@@ -273,10 +275,10 @@ def bad_model(tmp_path, kind):
     ("wrong shape in hf", "openai", "transformer.wpe.weight has shape (64, 8), config.json implies (32, 8)"),
     ("eps for openai", "openai", "OpenAI's format has no n_inner or layer_norm_epsilon"),
 ])
-def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, kind, to, message):
+def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, capsys, kind, to, message):
     model = bad_model(tmp_path, kind)
     before = sorted(os.listdir(tmp_path))
-    assert_one_line_error(run(model, str(tmp_path / "out"), "--to", to), message)
+    assert_one_line_error(in_process(convert_cli.main, capsys, model, tmp_path / "out", "--to", to), message)
     assert sorted(os.listdir(tmp_path)) == before  # no OUT, no .writing-* left behind
 
 

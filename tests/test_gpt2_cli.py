@@ -99,9 +99,9 @@ def test_json_generation(site):
         assert sample["ids"] == GOLDEN["tiny_turing/greedy"][0].tolist() and sample["finish"] == "length"
 
 
-def test_threads_restarts_with_the_blas_thread_count_and_changes_nothing_else(site):
+def test_threads_changes_nothing_but_the_speed(site):
     mirror, models = site
-    # a folder by path: the restarted process runs gpt2_numpy.py itself, without tiny_as_124m.py
+    # a folder by path: gpt2_numpy.py itself, without tiny_as_124m.py
     args = ("Hello", "--model", os.path.join(models, "124M"), "--greedy", "--n-tokens", "10", "--no-stop", "--quiet")
     plain = run(*args, env={"OMP_NUM_THREADS": "2"})
     one = run(*args, "--threads", "1", env={"OMP_NUM_THREADS": "2"})

@@ -84,15 +84,35 @@ def test_every_import_goes_down_a_floor_or_along_one():
 
 
 def test_a_top_level_file_reaches_interface_only_at_its_entry_point():
-    """Each command hands over to its own command line, interface/*_cli.py, and only in its
-    `if __name__ == "__main__":` hand-off; nothing else below interface/ imports it."""
-    handoffs = {m: imports(source(m), main_only=True) for m in TOP}
-    for m, handoff in handoffs.items():
-        assert len(handoff) <= 1 and all(n.startswith("interface.") and n.endswith("_cli") for n in handoff), m
-    taken = [n for handoff in handoffs.values() for n in handoff]
-    assert len(taken) == len(set(taken)) and len(taken) >= 7, taken  # one command line a command
+    """Each command hands over to its own command line, interface/*_cli.py, through interface/start.py:
+    `start("..._cli")` in its `if __name__ == "__main__":`, which comes above the file's imports, so that
+    Ctrl-C and SIGTERM are caught before NumPy loads. Nothing else below interface/ imports it, and no
+    file in interface/ is a program of its own."""
+    clis = {}
+    for m in TOP:
+        with open(source(m), encoding="utf-8") as f:
+            body = ast.parse(f.read()).body
+        mains = [i for i, n in enumerate(body) if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+        if not mains:
+            continue
+        first_import = next(i for i, n in enumerate(body) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        assert len(mains) == 1 and mains[0] < first_import, f"{m}: the hand-off comes above the imports"
+        assert imports(source(m), main_only=True) == {"interface.start"}, m
+        call = next(n for n in ast.walk(body[mains[0]]) if isinstance(n, ast.Call) and ast.unparse(n.func) == "start")
+        clis[m] = call.args[0].value
+    assert all(f"interface.{cli}" in INTERFACE and cli.endswith("_cli") for cli in clis.values()), clis
+    assert len(set(clis.values())) == len(clis) >= 7, clis  # one command line a command
     for m in TOP + PLUMBING:
         assert not imports(source(m)) & set(INTERFACE), m
+    for m in INTERFACE:
+        with open(source(m), encoding="utf-8") as f:
+            assert not [n for n in ast.walk(ast.parse(f.read())) if isinstance(n, ast.If)
+                        and "__main__" in ast.unparse(n.test)], f"{m} is run through its command's hand-off"
+
+
+def test_a_commands_first_step_loads_no_library():
+    """interface/start.py, run before a command's imports, needs the standard library alone."""
+    assert not {"numpy", "regex", "requests", "tqdm"} & modules_loaded_by("import interface.start")
 
 
 def test_no_import_cycle_among_the_projects_modules():

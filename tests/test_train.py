@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT, run_train, train_args
+from conftest import DATA, GRAD_GOLDEN as GOLDEN, ROOT, in_process, run_train, train_args
 import optimizer
 import train
 from interface import train_cli
@@ -146,7 +146,7 @@ def test_ctrl_c_saves_and_resume_continues_the_same_run(tiny_model, corpus, tmp_
     assert differ == []
 
 
-def test_bad_input_is_one_line_and_nothing_is_written(tiny_model, tmp_path):
+def test_bad_input_is_one_line_and_nothing_is_written(tiny_model, tmp_path, capsys):
     empty, latin, short = tmp_path / "empty.txt", tmp_path / "latin.txt", tmp_path / "short.txt"
     empty.write_text("  \n")
     latin.write_bytes("café".encode("latin-1"))
@@ -161,7 +161,7 @@ def test_bad_input_is_one_line_and_nothing_is_written(tiny_model, tmp_path):
             (short, tmp_path / "no such folder" / "o6", tiny_model, "o6: its parent folder " +
              str(tmp_path / "no such folder") + " does not exist"),
             (short, tmp_path / "o5", "1558M", "are free: use a smaller model, batch or context")]:
-        r = run_train(*train_args(model, data, out))
+        r = in_process(train_cli.main, capsys, *train_args(model, data, out))
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
         assert not os.path.exists(out)
     assert sorted(os.listdir(tmp_path)) == ["a file", "empty.txt", "latin.txt", "short.txt"]
@@ -256,8 +256,8 @@ def test_from_scratch_is_bit_reproducible_with_its_own_vocabulary(tmp_path, corp
     (["--vocab-size", "99999999999"], "are free: use a smaller model, batch or context"),  # before a merge is learned
     (["--beta2", "1"], "--beta2 must be in (0, 1)"),
 ])
-def test_from_scratch_bad_input_is_one_line_and_nothing_is_written(tmp_path, args, message):
-    r = run_train(*SCRATCH, "--out", str(tmp_path / "o"), "--steps", "5", *args)
+def test_from_scratch_bad_input_is_one_line_and_nothing_is_written(tmp_path, capsys, args, message):
+    r = in_process(train_cli.main, capsys, *SCRATCH, "--out", tmp_path / "o", "--steps", "5", *args)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert sorted(os.listdir(tmp_path)) == []
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import backward
-from conftest import DATA, ROOT, numerical_grad, r64
+from conftest import DATA, ROOT, in_process, numerical_grad, r64
 import gpt2_numpy as g
 import optimizer
 import parameters
@@ -253,7 +253,7 @@ def run_train(*args):
                           timeout=300)
 
 
-def test_bad_lora_flags_are_one_line_and_nothing_is_written(tiny_model, corpus, lora_run, tmp_path):
+def test_bad_lora_flags_are_one_line_and_nothing_is_written(tiny_model, corpus, lora_run, tmp_path, capsys):
     base = ["--model", tiny_model, "--data", str(corpus), "--out", str(tmp_path / "o"), "--steps", "1", "--context",
             "16", "--quiet"]
     saved = (lora_run / peft_adapter.ADAPTER_FILE).read_bytes()
@@ -270,7 +270,7 @@ def test_bad_lora_flags_are_one_line_and_nothing_is_written(tiny_model, corpus, 
             (["--out", str(lora_run), "--resume", "--steps", "9", "--lora-rank", "2"],
              "--resume continues the run saved in"),
             (["--out", str(lora_run), "--resume", "--steps", "9", "--lora-targets", "c_attn"], "its LoRA flags")]:
-        r = run_train(*args)
+        r = in_process(train_cli.main, capsys, *args)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") \
             and message in r.stderr, (args, r.stderr)
         assert not (tmp_path / "o").exists()
