@@ -44,10 +44,8 @@ GGUF (llama.cpp's, Ollama's) is a third format: one file, its tensors under llam
 in its metadata; --gguf-type q8_0 keeps the weights in 8 bits. plumbing/gguf_writer.py writes it as
 llama.cpp's converter writes it (docs/files.md draws it), plumbing/gguf.py reads it.
 """
-import json
 import os
 import sys
-import tempfile
 
 import bpe
 from plumbing import gguf, hf_model
@@ -69,19 +67,11 @@ def convert(folder, out, to, gguf_type="f32"):
     encoder = bpe.get_encoder(folder)
     check_tokenizer_fits(encoder.n_vocab, hparams, folder)
     if to == "gguf":
-        return write_gguf(out, params, hparams, list(encoder.encoder), vocabulary_merges(folder), encoder.eot,
-                          gguf_type)
-    if gguf.is_gguf(folder):  # the two files the writers copy, from the GGUF's tables
-        with tempfile.TemporaryDirectory() as vocab_dir:
-            write_vocab_files(vocab_dir, encoder.encoder, vocabulary_merges(folder))
-            return write_folder(out, to, params, hparams, vocab_dir, encoder.eot)
-    return write_folder(out, to, params, hparams, folder, encoder.eot)
-
-
-def write_folder(out, to, params, hparams, vocab_dir, eot):
+        tokens = sorted(encoder.encoder, key=encoder.encoder.get)  # by id
+        return write_gguf(out, params, hparams, tokens, vocabulary_merges(folder), encoder.eot, gguf_type)
     if to == "hf":
-        return hf_model.write_hf_folder(out, params, hparams, vocab_dir, eot)
-    return write_checkpoint(out, params, hparams, vocab_dir=vocab_dir)
+        return hf_model.write_hf_folder(out, params, hparams, folder, encoder.eot)
+    return write_checkpoint(out, params, hparams, vocab_dir=folder)
 
 
 def vocabulary_merges(folder):
@@ -92,14 +82,6 @@ def vocabulary_merges(folder):
     name = next(n for n in ("vocab.bpe", "merges.txt") if os.path.exists(os.path.join(folder, n)))
     with open(os.path.join(folder, name), encoding="utf-8") as f:
         return merges_from_text(f.read())
-
-
-def write_vocab_files(folder, encoder, merges):
-    """encoder.json and vocab.bpe (OpenAI's two files) from a GGUF's tokens and merges."""
-    with open(os.path.join(folder, "encoder.json"), "w", encoding="utf-8") as f:
-        json.dump(encoder, f, ensure_ascii=False)
-    with open(os.path.join(folder, "vocab.bpe"), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n" + "".join(m + "\n" for m in merges))
 
 
 if __name__ == "__main__":

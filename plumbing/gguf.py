@@ -20,6 +20,7 @@ transposed to torch's nn.Linear layout, [n_out, n_in], so ne = [n_in, n_out]):
 Q8_0 keeps a row in blocks of 32 values, each block 34 bytes: its scale d as float16, then 32
 int8s, x ~ d * q. d = max|x| / 127, so the largest value of the block is exactly +-127 d.
 """
+import json
 import mmap
 import struct
 
@@ -278,3 +279,12 @@ def read_vocabulary(path):
     if any(len(m) != 2 for m in merges):
         raise GGUFError("has a merge that is not two tokens", path=path)
     return metadata.get("tokenizer.ggml.tokens", []), merges
+
+
+def vocabulary_files(path):
+    """OpenAI's two files, {"encoder.json": bytes, "vocab.bpe": bytes}, from a GGUF's tokens and
+    merges: what a folder written from a GGUF model holds as its tokenizer."""
+    tokens, merges = read_vocabulary(path)
+    encoder = json.dumps({token: i for i, token in enumerate(tokens)}, ensure_ascii=False)
+    return {"encoder.json": encoder.encode("utf-8"),
+            "vocab.bpe": ("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)).encode("utf-8")}

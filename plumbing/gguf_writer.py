@@ -163,10 +163,11 @@ def merges_from_text(text):
     return [" ".join(parts) for parts in (line.strip().split(None, 3) for line in lines) if len(parts) == 2]
 
 
-def tokenizer_metadata(tokens, merges, n_vocab, eot):
+def tokenizer_metadata(tokens, merges, n_vocab, eot, path=None):
     """tokenizer.*: tokens by id ("[PADn]" where the vocabulary has no id n), their types, merges."""
     if eot is None:
-        raise GGUFError(f"the vocabulary has no {ENDOFTEXT}, which llama.cpp needs as GPT-2's bos and eos token")
+        raise GGUFError(f"cannot be written: the vocabulary has no {ENDOFTEXT}, which llama.cpp needs as GPT-2's "
+                        "bos and eos token", path=path)
     texts = [tokens[i] if i < len(tokens) else f"[PAD{i}]" for i in range(n_vocab)]
     types = [TOKEN_UNUSED if i >= len(tokens) else TOKEN_CONTROL if i == eot else TOKEN_NORMAL
              for i in range(n_vocab)]
@@ -239,7 +240,7 @@ def write_gguf(path, params, hparams, tokens, merges, eot, gguf_type="f32", fold
     if folder_name is None:
         folder_name = re.sub(r"\.gguf$", "", str(path).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1], flags=re.I)
     keys = metadata(hparams, gguf_type, folder_name, total,
-                    tokenizer_metadata(tokens, merges, hparams["n_vocab"], eot))
+                    tokenizer_metadata(tokens, merges, hparams["n_vocab"], eot, path))
     with whole_file(path, "the GGUF file", error=GGUFError) as tmp, open(tmp, "wb") as f:
         f.write(header_bytes(keys, infos))
         for name, (_, _, ggml_type) in zip(names, infos):
