@@ -249,23 +249,28 @@ def read_hparams(metadata, tensors, path):
     return hp
 
 
-def load_gguf(path, dequantize=as_float32):
+def load_gguf(path):
     """-> (hparams, params): every tensor float32 in our names and layouts (an F32 tensor that
     needs no transposing is a read-only view into the file)."""
-    metadata, tensors, data = open_gguf(path)
-    hp = read_hparams(metadata, tensors, path)
-    flat = {}
-    for name, shape in shapes.tensor_shapes(hp).items():
-        theirs = gguf_name(name)
-        if theirs not in tensors:
-            raise GGUFError(f"lacks the tensor {theirs}", path=path)
-        stored, ggml_type, offset = tensors[theirs]
-        want = tuple(reversed(shape)) if name.endswith(TRANSPOSED) else shape
-        if stored != want:
-            raise GGUFError(f"tensor {theirs} has shape {list(stored)}, its metadata implies {list(want)}", path=path)
-        array = dequantize(data, offset, stored, ggml_type)
-        flat[name] = np.ascontiguousarray(array.T) if name.endswith(TRANSPOSED) else array
+    file = open_gguf(path)
+    hp = read_hparams(file[0], file[1], path)
+    flat = {name: read_tensor(file, name, shape, path) for name, shape in shapes.tensor_shapes(hp).items()}
     return hp, shapes.nest(flat, hp["n_layer"])
+
+
+def read_tensor(file, name, shape, path):
+    """Our tensor `name` of the shape hparams give it, from open_gguf's (metadata, tensors, bytes):
+    float32, transposed back to Conv1D's [n_in, n_out] where the converter had transposed it."""
+    _, tensors, data = file
+    theirs = gguf_name(name)
+    if theirs not in tensors:
+        raise GGUFError(f"lacks the tensor {theirs}", path=path)
+    stored, ggml_type, offset = tensors[theirs]
+    want = tuple(reversed(shape)) if name.endswith(TRANSPOSED) else tuple(shape)
+    if stored != want:
+        raise GGUFError(f"tensor {theirs} has shape {list(stored)}, its metadata implies {list(want)}", path=path)
+    array = as_float32(data, offset, stored, ggml_type)
+    return np.ascontiguousarray(array.T) if name.endswith(TRANSPOSED) else array
 
 
 def read_vocabulary(path):
