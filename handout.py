@@ -147,6 +147,10 @@ EXERCISES = {
     33: ("one step of beam search",
          [("beam_search.py", "beam_step", "test_beam_step_takes_the_best_continuations_of_all_the_beams")],
          ["test_beam_search_gives_generates_sequences_and_scores"], "beams"),
+    34: ("a Q8_0 block",
+         [("plumbing/gguf.py", "quantize_block", "test_a_q8_0_block_is_its_definition"),
+          ("plumbing/gguf.py", "dequantize_block", "test_a_q8_0_block_is_its_definition")],
+         ["test_q8_0_blocks_are_gguf_pys_on_awkward_rows"], "q8_0"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -162,7 +166,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "beams": 'python gpt2_numpy.py --num-beams 3 "prompt"',
          "circuits": "python circuits.py logit-diff (and every experiment but heads)",
          "patch": "python circuits.py patch", "dla": "python circuits.py dla",
-         "attribution": "python circuits.py attribution"}
+         "attribution": "python circuits.py attribution",
+         "q8_0": "python convert.py MODEL OUT.gguf --to gguf --gguf-type q8_0, then --model OUT.gguf"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -177,12 +182,23 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
          "repetition": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 31), "ngrams": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 32),
          "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33),
          "circuits": (1, 2, 3, 10, 11, 12, 27), "patch": (1, 2, 3, 10, 11, 12, 27, 28),
-         "dla": (1, 2, 3, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 10, 11, 12, 16, 17, 27, 30)}
+         "dla": (1, 2, 3, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 10, 11, 12, 16, 17, 27, 30),
+         "q8_0": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 34)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The
 # program then runs what the student wrote: slower, but exactly that.
 TWINS = {
+    ("plumbing/gguf.py", "quantize_q8_0"): (
+        ("quantize_block",),
+        "blocks = np.asarray(x, dtype=np.float32).reshape(-1, QK8_0)\n"
+        "rows = [np.concatenate([np.array([d], '<f2').view(np.uint8), q.view(np.uint8)]) for d, q in map(quantize_block, blocks)]\n"
+        "return np.array(rows, dtype=np.uint8).reshape(*x.shape[:-1], x.shape[-1] // QK8_0 * Q8_0_BLOCK_BYTES)"),
+    ("plumbing/gguf.py", "dequantize_q8_0"): (
+        ("dequantize_block",),
+        "blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, Q8_0_BLOCK_BYTES)\n"
+        "x = [dequantize_block(b[:2].copy().view('<f2')[0], b[2:].view(np.int8)) for b in blocks]\n"
+        "return np.array(x, dtype=np.float32).reshape(*raw.shape[:-1], n)"),
     ("gpt2_numpy.py", "gelu_fast"): (("gelu",), "return gelu(x)"),
     ("bpe.py", "merge_fast"): (("merge_once", "merge"), "return self.merge(ids)"),
     ("bpe.py", "train_merges_fast"): (("pair_counts", "merge_pair", "learn_merge"),
