@@ -271,3 +271,19 @@ def test_ctrl_c_while_writing_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         convert.convert(SHAKESPEARE, str(tmp_path / "out.gguf"), "gguf", "q8_0")
     assert os.listdir(tmp_path) == []
+
+
+DEV_PYTHON = os.environ.get("GPT2_DEV_PYTHON", "")
+LLAMA_CPP = os.environ.get("LLAMA_CPP", "/work/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp")
+
+
+@pytest.mark.skipif(not DEV_PYTHON or not os.path.isdir(LLAMA_CPP),
+                    reason="needs torch, transformers and llama.cpp's converter: set GPT2_DEV_PYTHON to a python that "
+                           "has them and LLAMA_CPP to the converter's folder (tests/data/gguf/make_gguf_golden.py says "
+                           "how), then python -m pytest -q tests/test_gguf.py -k live")
+def test_live_converter_writes_the_goldens_bytes_again():
+    """make_gguf_golden.py --check: the converter run again on both fixtures, every type, against our goldens."""
+    r = subprocess.run([DEV_PYTHON, os.path.join(GGUF_DATA, "make_gguf_golden.py"), "--check"], capture_output=True,
+                       text=True, timeout=1800, env={**os.environ, "LLAMA_CPP": LLAMA_CPP, "PROJECT_PYTHON": sys.executable})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sum(line.startswith("ok ") for line in r.stdout.splitlines()) == 6, r.stdout

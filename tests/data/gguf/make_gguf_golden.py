@@ -5,6 +5,7 @@ and llama.cpp's converter from the llama-cpp-python 0.3.36 sdist, unpacked outsi
 
     pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d SDIST && tar xzf SDIST/*.tar.gz -C DIR
     LLAMA_CPP=DIR/llama_cpp_python-0.3.36/vendor/llama.cpp /work/ref/bin/python tests/data/gguf/make_gguf_golden.py
+    ... make_gguf_golden.py --check      # make them again and compare, writing nothing (tests/test_gguf.py -k live)
 
 The project's own steps run on the system `python` (PROJECT_PYTHON): the fixture, and
 `convert.py FIXTURE DIR --to hf`, whose folder the converter is given, under the fixture's name.
@@ -91,11 +92,14 @@ def awkward_rows():
     return np.array(rows, dtype=np.float32)
 
 
-def main():
+def main(check=False):
+    """Write the goldens; with check, make them again and compare them with the ones here, writing nothing."""
     sys.path.insert(1, os.path.join(LLAMA_CPP, "gguf-py"))
     from gguf import GGMLQuantizationType, quants
     rows = awkward_rows()
-    np.savez(os.path.join(HERE, "q8_0_rows.npz"), rows=rows, blocks=quants.quantize(rows, GGMLQuantizationType.Q8_0))
+    blocks = quants.quantize(rows, GGMLQuantizationType.Q8_0)
+    if not check:
+        np.savez(os.path.join(HERE, "q8_0_rows.npz"), rows=rows, blocks=blocks)
     golden = {"converter": "llama.cpp of llama-cpp-python 0.3.36 (convert_hf_to_gguf.py, its gguf-py 0.19.0)",
               "files": {}}
     logits = {}
@@ -112,7 +116,7 @@ def main():
                 subprocess.run([sys.executable, __file__, "--convert", hf, "--outtype", t, "--outfile", out],
                                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 golden["files"][f"{fixture}/{t}"] = {"sha256": sha256(out), "bytes": os.path.getsize(out)}
-                if (fixture, t) in KEPT:
+                if (fixture, t) in KEPT and not check:
                     shutil.copy(out, os.path.join(HERE, f"converter_{fixture}_{t}.gguf"))
                     logits[f"transformers reading the converter's {fixture}/{t}"] = transformers_logits(
                         tmp, f"{name}-{t}.gguf", ids, hf)
@@ -123,6 +127,14 @@ def main():
             logits[f"transformers reading our {fixture}/f32"] = transformers_logits(
                 os.path.dirname(ours), name + ".gguf", ids, hf)
             logits[f"ids {fixture}"] = np.array(ids)
+    if check:
+        with open(os.path.join(HERE, "gguf_golden.json"), encoding="utf-8") as f:
+            kept = json.load(f)["files"]
+        assert np.array_equal(np.load(os.path.join(HERE, "q8_0_rows.npz"))["blocks"], blocks), "gguf-py's Q8_0 changed"
+        for case, file in golden["files"].items():
+            assert file == kept[case], f"{case}: the converter now writes {file}, not {kept[case]}"
+            print(f"ok {case}: {file['sha256']}")
+        return
     with open(os.path.join(HERE, "gguf_golden.json"), "w", encoding="utf-8") as f:
         json.dump(golden, f, indent=1)
         f.write("\n")
@@ -133,4 +145,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--convert"]:
         run_converter(sys.argv[2:])
     else:
-        main()
+        main(check="--check" in sys.argv)
