@@ -20,11 +20,11 @@ from plumbing.folders import check_new_folder
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="convert.py", allow_abbrev=False,
-                                description="Write a GPT-2 as a Hugging Face folder or as OpenAI's files.",
+                                description="Write a GPT-2 as a Hugging Face folder, as OpenAI's files, or as a GGUF file (llama.cpp's).",
                                 epilog="transformers, TransformerLens and lm-eval load --to hf's folder; every "
                                        "command here loads either (docs/fine_tuning.md).")
     model_flags(p, positional=True)
-    p.add_argument("out", metavar="OUT", help="the folder to write (it must not exist)")
+    p.add_argument("out", metavar="OUT", help="the folder to write, or with --to gguf the file (it must not exist)")
     p.add_argument("--to", required=True, choices=list(convert.FORMATS),
                    help="hf: Hugging Face's format; openai: OpenAI's; gguf: llama.cpp's (one file)")
     p.add_argument("--gguf-type", choices=convert.GGUF_TYPES,
