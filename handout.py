@@ -192,7 +192,8 @@ TWINS = {
     ("plumbing/gguf.py", "quantize_q8_0"): (
         ("quantize_block",),
         "blocks = np.asarray(x, dtype=np.float32).reshape(-1, QK8_0)\n"
-        "rows = [np.concatenate([np.array([d], '<f2').view(np.uint8), q.view(np.uint8)]) for d, q in map(quantize_block, blocks)]\n"
+        "rows = [np.concatenate([np.array([d], '<f2').view(np.uint8), q.view(np.uint8)])\n"
+        "        for d, q in map(quantize_block, blocks)]\n"
         "return np.array(rows, dtype=np.uint8).reshape(*x.shape[:-1], x.shape[-1] // QK8_0 * Q8_0_BLOCK_BYTES)"),
     ("plumbing/gguf.py", "dequantize_q8_0"): (
         ("dequantize_block",),

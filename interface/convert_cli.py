@@ -20,7 +20,8 @@ from plumbing.folders import check_new_folder
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="convert.py", allow_abbrev=False,
-                                description="Write a GPT-2 as a Hugging Face folder, as OpenAI's files, or as a GGUF file (llama.cpp's).",
+                                description="Write a GPT-2 as a Hugging Face folder, as OpenAI's files, or as a "
+                                            "GGUF file (llama.cpp's).",
                                 epilog="transformers, TransformerLens and lm-eval load --to hf's folder; every "
                                        "command here loads either (docs/fine_tuning.md).")
     model_flags(p, positional=True)

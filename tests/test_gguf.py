@@ -147,8 +147,8 @@ def test_transformers_gguf_loader_reads_our_f32_file_to_our_logits(files, name):
 def test_our_reader_on_the_converters_files_gives_transformers_logits(gguf_type):
     ids = LOGITS["ids shakespeare"].tolist()
     ours = logits_of(os.path.join(GGUF_DATA, f"converter_shakespeare_{gguf_type}.gguf"), ids)
-    np.testing.assert_allclose(ours[:, ::COLUMNS], LOGITS[f"transformers reading the converter's shakespeare/{gguf_type}"],
-                               atol=1e-5, rtol=0)
+    theirs = LOGITS[f"transformers reading the converter's shakespeare/{gguf_type}"]
+    np.testing.assert_allclose(ours[:, ::COLUMNS], theirs, atol=1e-5, rtol=0)
 
 
 def test_f32_tensors_are_memory_mapped_and_read_only(files):
@@ -284,6 +284,7 @@ LLAMA_CPP = os.environ.get("LLAMA_CPP", "/work/llamacpp/llama_cpp_python-0.3.36/
 def test_live_converter_writes_the_goldens_bytes_again():
     """make_gguf_golden.py --check: the converter run again on both fixtures, every type, against our goldens."""
     r = subprocess.run([DEV_PYTHON, os.path.join(GGUF_DATA, "make_gguf_golden.py"), "--check"], capture_output=True,
-                       text=True, timeout=1800, env={**os.environ, "LLAMA_CPP": LLAMA_CPP, "PROJECT_PYTHON": sys.executable})
+                       text=True, timeout=1800,
+                       env={**os.environ, "LLAMA_CPP": LLAMA_CPP, "PROJECT_PYTHON": sys.executable})
     assert r.returncode == 0, r.stderr[-3000:]
     assert sum(line.startswith("ok ") for line in r.stdout.splitlines()) == 6, r.stdout
