@@ -18,7 +18,7 @@ from conftest import DATA, ROOT, VOCAB
 import bpe
 import convert
 import gpt2_numpy as g
-from plumbing import gguf, shapes
+from plumbing import gguf, gguf_writer, shapes
 from plumbing.gguf import GGUFError
 from plumbing.weights import load_weights
 
@@ -27,7 +27,7 @@ sys.path.insert(0, GGUF_DATA)
 import fixture  # noqa: E402  the 12-layer fixture, made as make_gguf_golden.py made it
 
 with open(os.path.join(GGUF_DATA, "gguf_golden.json"), encoding="utf-8") as f:
-    GOLDEN = json.load(f)["files"]
+    GOLDEN, NAMES = (lambda golden: (golden["files"], golden["names"]))(json.load(f))
 LOGITS = np.load(os.path.join(GGUF_DATA, "gguf_logits.npz"))
 SHAKESPEARE = os.path.join(DATA, "shakespeare")
 COLUMNS = 97  # the goldens keep every 97th logit
@@ -176,6 +176,26 @@ def test_a_gguf_converts_back_to_the_same_gguf_and_to_both_folders(files, tmp_pa
         assert bpe.get_encoder(out).encode("ROMEO: what?") == bpe.get_encoder(SHAKESPEARE).encode("ROMEO: what?")
 
 
+def test_a_hugging_face_folder_converts_to_the_same_bytes_and_the_name_is_outs(tmp_path):
+    hf = convert.convert(SHAKESPEARE, str(tmp_path / "hf"), "hf")
+    for gguf_type in convert.GGUF_TYPES:
+        (tmp_path / gguf_type).mkdir()
+        out = convert.convert(hf, str(tmp_path / gguf_type / "shakespeare.gguf"), "gguf", gguf_type)
+        assert sha256(out) == GOLDEN[f"shakespeare/{gguf_type}"]["sha256"]
+    other = convert.convert(hf, str(tmp_path / "gpt2-44K-bard-v1.gguf"), "gguf")
+    metadata = gguf.open_gguf(other)[0]
+    assert [metadata.get(f"general.{k}") for k in ("name", "basename", "finetune", "version", "size_label")] == [
+        "Gpt2 44K Bard v1", "gpt2", "bard", "v1", "44K"]
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_the_name_and_its_parts_are_gguf_pys_reading_of_the_folders_name(name):
+    total, title, basename, finetune, version, size_label = NAMES[name]
+    keys = dict((k, v) for k, _, v in gguf_writer.general_metadata(name, total))
+    assert [keys.get(f"general.{k}") for k in ("name", "basename", "finetune", "version", "size_label")] == [
+        title, basename, finetune, version, size_label]
+
+
 # --- every command takes FILE.gguf ------------------------------------------------------------------
 
 def run(script, *args):
@@ -262,8 +282,6 @@ def test_gguf_type_needs_to_gguf_and_out_must_be_new(files, tmp_path):
 
 
 def test_ctrl_c_while_writing_leaves_nothing(tmp_path, monkeypatch):
-    from plumbing import gguf_writer
-
     def interrupted(*args):
         raise KeyboardInterrupt
 

@@ -14,7 +14,7 @@ and only there, this script answers "gpt-2" for it, as the issue says, and the f
 the converter's. It writes, beside itself:
 
 - gguf_golden.json: the SHA-256 and size of each file the converter wrote (two fixtures x f32,
-  f16, q8_0);
+  f16, q8_0), and general.name and its parts as gguf-py reads a few folders' names;
 - gguf_logits.npz: every 97th logit that transformers' GGUF loader computes reading our f32 files,
   and the converter's shakespeare f16 and q8_0 files (kept here, 170 kB), on the ids it holds;
 - q8_0_rows.npz: awkward rows (zeros, constants, tiny, huge, exact halves, random) and the
@@ -41,6 +41,10 @@ FIXTURES = {"twelve": ("twelve-layers-v2", None, [15496, 11, 616, 3290, 318, 137
             "shakespeare": ("shakespeare", os.path.join(ROOT, "tests", "data", "shakespeare"),
                             [51, 79, 1, 200, 300, 400, 511, 7, 33])}
 COLUMNS = 97  # every 97th logit is kept (GPT-2's 50,257 a position would make the goldens 2 MB)
+# folder names (and parameter counts) -> general.name, basename, finetune, version, size_label, by gguf-py's rules
+NAMES = [("gpt2-44K-bard-v1", 43904), ("gpt2-124M", 124439808), ("shakespeare", 43904), ("My Model", 5),
+         ("gpt2-xl-1.5B-q8_0", 1557611200), ("llama-3-8b-instruct-v2.1", 124000000), ("gpt2-1024-ctx", 124439808),
+         ("Mistral-7B_v0.1-x", 7_000_000_000), ("gpt2-medium", 354823168), ("v2-gpt2-355M-chat", 354823168)]
 KEPT = [("shakespeare", "f16"), ("shakespeare", "q8_0")]  # the converter's files the tests read
 
 
@@ -100,8 +104,14 @@ def main(check=False):
     blocks = quants.quantize(rows, GGMLQuantizationType.Q8_0)
     if not check:
         np.savez(os.path.join(HERE, "q8_0_rows.npz"), rows=rows, blocks=blocks)
+    from gguf.metadata import Metadata
+    from gguf.utility import size_label
     golden = {"converter": "llama.cpp of llama-cpp-python 0.3.36 (convert_hf_to_gguf.py, its gguf-py 0.19.0)",
-              "files": {}}
+              "files": {}, "names": {}}
+    for name, total in NAMES:
+        parts = Metadata.get_model_id_components(name, total)
+        golden["names"][name] = [total, Metadata.id_to_title(parts[0]), *parts[2:5],
+                                 parts[5] or size_label(total, total, 0, 0)]
     logits = {}
     with tempfile.TemporaryDirectory() as tmp:
         os.makedirs(os.path.join(tmp, "hf"))
