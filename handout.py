@@ -189,17 +189,8 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The
 # program then runs what the student wrote: slower, but exactly that.
 TWINS = {
-    ("plumbing/gguf.py", "quantize_q8_0"): (
-        ("quantize_block",),
-        "blocks = np.asarray(x, dtype=np.float32).reshape(-1, QK8_0)\n"
-        "rows = [np.concatenate([np.array([d], '<f2').view(np.uint8), q.view(np.uint8)])\n"
-        "        for d, q in map(quantize_block, blocks)]\n"
-        "return np.array(rows, dtype=np.uint8).reshape(*x.shape[:-1], x.shape[-1] // QK8_0 * Q8_0_BLOCK_BYTES)"),
-    ("plumbing/gguf.py", "dequantize_q8_0"): (
-        ("dequantize_block",),
-        "blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, Q8_0_BLOCK_BYTES)\n"
-        "x = [dequantize_block(b[:2].copy().view('<f2')[0], b[2:].view(np.int8)) for b in blocks]\n"
-        "return np.array(x, dtype=np.float32).reshape(*raw.shape[:-1], n)"),
+    ("plumbing/gguf.py", "quantize_q8_0_fast"): (("quantize_block",), "return quantize_q8_0(x)"),
+    ("plumbing/gguf.py", "dequantize_q8_0_fast"): (("dequantize_block",), "return dequantize_q8_0(raw, n)"),
     ("gpt2_numpy.py", "gelu_fast"): (("gelu",), "return gelu(x)"),
     ("bpe.py", "merge_fast"): (("merge_once", "merge"), "return self.merge(ids)"),
     ("bpe.py", "train_merges_fast"): (("pair_counts", "merge_pair", "learn_merge"),

@@ -83,8 +83,16 @@ def dequantize_block(d, q):
 
 
 def quantize_q8_0(x):
-    """quantize_block on every block of x [..., n] float32 (n a multiple of 32) at once:
+    """quantize_block on every block of x [..., n] float32 (n a multiple of 32), one after another:
     -> uint8 [..., n // 32 * 34], each block its d's two bytes then its 32 int8s."""
+    blocks = np.asarray(x, dtype=np.float32).reshape(-1, QK8_0)  # [blocks, 32]
+    raw = [np.concatenate([np.array([d], "<f2").view(np.uint8), q.view(np.uint8)])
+           for d, q in map(quantize_block, blocks)]
+    return np.array(raw, dtype=np.uint8).reshape(*x.shape[:-1], x.shape[-1] // QK8_0 * Q8_0_BLOCK_BYTES)
+
+
+def quantize_q8_0_fast(x):
+    """quantize_q8_0, every block at once."""
     blocks = np.asarray(x, dtype=np.float32).reshape(-1, QK8_0)  # [blocks, 32]
     d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)  # [blocks, 1]
     with np.errstate(divide="ignore"):
@@ -95,7 +103,14 @@ def quantize_q8_0(x):
 
 
 def dequantize_q8_0(raw, n):
-    """The blocks of quantize_q8_0 (uint8 [..., n // 32 * 34]) -> float32 [..., n]."""
+    """The blocks of quantize_q8_0 (uint8 [..., n // 32 * 34]) -> float32 [..., n], block by block."""
+    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, Q8_0_BLOCK_BYTES)
+    x = [dequantize_block(b[:2].copy().view("<f2")[0], b[2:].view(np.int8)) for b in blocks]
+    return np.array(x, dtype=np.float32).reshape(*raw.shape[:-1], n)
+
+
+def dequantize_q8_0_fast(raw, n):
+    """dequantize_q8_0, every block at once."""
     blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, Q8_0_BLOCK_BYTES)
     d = blocks[:, :2].copy().view("<f2").astype(np.float32)  # [blocks, 1]
     q = blocks[:, 2:].view(np.int8).astype(np.float32)  # [blocks, 32]
@@ -189,7 +204,7 @@ def as_float32(data, start, shape, ggml_type):
         return raw.view("<f4").reshape(shape)
     if ggml_type == F16:
         return raw.view("<f2").astype(np.float32).reshape(shape)
-    return dequantize_q8_0(raw.reshape(*shape[:-1], -1), shape[-1])
+    return dequantize_q8_0_fast(raw.reshape(*shape[:-1], -1), shape[-1])
 
 
 def map_file(path):

@@ -151,7 +151,7 @@ def tensor_bytes(array, name, ggml_type):
         return np.ascontiguousarray(a, dtype="<f4")
     if ggml_type == F16:
         return np.ascontiguousarray(a).astype("<f2")
-    return gguf.quantize_q8_0(np.ascontiguousarray(a))
+    return gguf.quantize_q8_0_fast(np.ascontiguousarray(a))
 
 
 def merges_from_text(text):
