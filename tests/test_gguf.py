@@ -210,8 +210,9 @@ def test_generate_evaluate_train_and_circuits_take_a_gguf(files, tmp_path):
             "--batch-size", "2", "--context", "16", "--warmup", "1", "--eval-every", "2", "--sample-every", "2",
             "--save-every", "2", "--quiet")
     assert r.returncode == 0 and os.path.exists(tmp_path / "run" / "hparams.json"), r.stderr
-    r = run("circuits.py", "logit-diff", "--model", model, "--help")
-    assert r.returncode == 0, r.stderr
+    r = run("circuits.py", "logit-diff", "--clean", "ROMEO: I will", "--answer", " the", "--wrong", " a", "--model",
+            model, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["tokens"][-1] == " will", r.stderr
 
 
 # --- bad files and bad input ------------------------------------------------------------------------
@@ -246,6 +247,8 @@ def test_bad_files_are_one_line_errors(files, tmp_path):
     for path, message in cases:
         with pytest.raises(GGUFError, match=message):
             load_weights(path)
+    version_2 = patched(tmp_path, good, 4, struct.pack("<I", 2))  # the same layout but for big-endian files
+    assert np.array_equal(logits_of(version_2, [1, 2]), logits_of(good, [1, 2]))
     short = tmp_path / "short.gguf"
     short.write_bytes(open(good, "rb").read()[:size - 100])
     with pytest.raises(GGUFError, match="tensor token_embd.weight runs past the end of the file"):
