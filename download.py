@@ -22,7 +22,8 @@ import time
 
 from plumbing import hf_model, model_files, safetensors_reader, shapes
 from plumbing.checkpoint import DATA_SUFFIX, CheckpointError, checkpoint_prefix, verify_checkpoint
-from plumbing.fetching import BadFile, DownloadError, default_models_dir, downloading_into, fetch_file
+from plumbing.fetching import BadFile, DownloadError, downloading_into, fetch_file
+from plumbing.folders import default_models_dir
 from plumbing.model_files import DATA_FILE, MODEL_FILES
 from plumbing.shapes import TOKENIZER_FILES
 from plumbing.weights import check_not_only_an_adapter

@@ -460,8 +460,8 @@ def checked_prompt(ids, params, hparams, n_tokens, stop):
                         "(encoder.eot), or a prompt")
     ids = ids or [stop]
     if len(ids) + n_tokens > hparams["n_ctx"]:
-        raise UserError(f"the prompt's {plural(len(ids), 'token')} plus {n_tokens} new ones exceed "
-                        f"the context of {hparams['n_ctx']} tokens")
+        raise UserError(f"the prompt's {plural(len(ids), 'token')} plus {plural(n_tokens, 'new one')} exceed "
+                        f"the context of {plural(hparams['n_ctx'], 'token')}")
     prompt = checked_ids(ids, params)
     if prompt.ndim != 1:
         raise UserError(f"the prompt must be one sequence of ids [T], got shape {prompt.shape}")

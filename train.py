@@ -43,7 +43,7 @@ from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate, new
 import parameters
 from plumbing import corpus, peft_adapter, shapes
 from plumbing.checkpoint import check_writable, write_checkpoint
-from plumbing.errors import UserError, ctrl_c_waits
+from plumbing.errors import UserError, ctrl_c_waits, plural
 from plumbing.memory import available_memory, check_fits
 from plumbing.progress import progress
 from plumbing.weights import load_weights
@@ -410,8 +410,9 @@ def parameter_table(hparams):
     """The model's parameters by part, and the token embedding's share: in a small model most of
     them are the vocabulary's, which is why small models use small vocabularies."""
     counts = parameters.count_parameters(hparams)
-    lines = [f"a new GPT-2: {hparams['n_layer']} layers, {hparams['n_head']} heads, {hparams['n_embd']} wide, "
-             f"{hparams['n_vocab']:,} ids, {hparams['n_ctx']} positions: {counts['total']:,} parameters"]
+    lines = [f"a new GPT-2: {plural(hparams['n_layer'], 'layer')}, {plural(hparams['n_head'], 'head')}, "
+             f"{hparams['n_embd']} wide, {hparams['n_vocab']:,} ids, {plural(hparams['n_ctx'], 'position')}: "
+             f"{counts['total']:,} parameters"]
     lines += [f"  {part:<28}{n:>12,}  {n / counts['total']:6.1%}" for part, n in counts["parts"].items() if n]
     return "\n".join(lines)
 
@@ -453,8 +454,9 @@ def split_data(encoder, documents, examples, recipe):
     if examples is None:
         return text_ids(encoder, documents, recipe["val_fraction"], recipe["context"])
     train_rows, val_rows, cut = example_rows(encoder, examples, recipe["val_fraction"], recipe["context"])
-    print(f"instruction data: {len(examples):,} examples, {len(val_rows):,} held out for validation; {cut:,} longer "
-          f"than --context {recipe['context']} + 1 tokens, cut to fit (the prompt's first tokens dropped first)")
+    print(f"instruction data: {plural(len(examples), 'example', ',')}, {len(val_rows):,} held out for validation; "
+          f"{cut:,} longer than --context {recipe['context']} + 1 tokens, cut to fit (the prompt's first tokens "
+          "dropped first)")
     return train_rows, val_rows
 
 

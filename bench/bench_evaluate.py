@@ -69,6 +69,7 @@ def make_model(dev_python):
         from initialise import init_params
         from plumbing.checkpoint import write_checkpoint
         hp = shapes.hparams("124M")
+        os.makedirs(OUT, exist_ok=True)  # bench/out/ is not in a fresh clone
         write_checkpoint(MODEL, init_params(hp, seed=0), hp, vocab_dir=os.path.join(ROOT, "data", "gpt2-vocab"))
     if not os.path.exists(HF):
         code = HF_WRITER.format(root=ROOT, model=MODEL, hf=HF, vocab=os.path.join(ROOT, "data", "gpt2-vocab"))

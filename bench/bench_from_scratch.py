@@ -103,6 +103,7 @@ def keep(name, params, hp, merges, val_text):
     from plumbing.checkpoint import write_checkpoint
 
     out = os.path.join(HERE, "out")
+    os.makedirs(out, exist_ok=True)  # bench/out/ is not in a fresh clone
     shutil.rmtree(os.path.join(out, name), ignore_errors=True)
     with tempfile.TemporaryDirectory() as scratch:
         bpe.write_vocab(os.path.join(scratch, "vocab"), merges)

@@ -60,6 +60,7 @@ def model_folder(name):
 
         print(f"writing {folder} (random weights, once)", file=sys.stderr)
         hparams = shapes.hparams(size)
+        os.makedirs(os.path.dirname(folder), exist_ok=True)  # bench/out/ is not in a fresh clone
         write_checkpoint(folder, init_params(hparams), hparams, vocab_dir=os.path.join(ROOT, "data", "gpt2-vocab"))
     return folder
 

@@ -59,6 +59,7 @@ def main():
     p.add_argument("--tokens", type=int, default=300_000)
     args = p.parse_args()
     hp, params = load_checkpoint(args.folder)
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpt2_124M.bin"), "wb") as f:
         f.write(header(MODEL_MAGIC, MODEL_VERSION, hp["n_ctx"], hp["n_vocab"], hp["n_layer"], hp["n_head"],
                        hp["n_embd"], PADDED_VOCAB))

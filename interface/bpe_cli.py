@@ -11,9 +11,10 @@ import argparse
 import sys
 
 import bpe
+from interface.options import at_least
 from plumbing import corpus
-from plumbing.errors import UserError, exit_status, fail
-from plumbing.folders import check_new_folder
+from plumbing.errors import UserError, exit_status, fail, plural
+from plumbing.folders import check_new_folder, in_models_folder
 
 SHOW = str.maketrans({c: f"\\x{c:02x}" for c in list(range(32)) + [127]} | {10: "\\n", 9: "\\t", 13: "\\r"})
 
@@ -33,7 +34,7 @@ def show_steps(enc, text):
     lines = []
     for piece in bpe.PRETOKENIZE.findall(text):
         ids = [enc.byte_ids[b] for b in piece.encode("utf-8")]
-        lines.append(f"piece {piece!r}: {len(ids)} bytes")  # repr escapes control characters, once
+        lines.append(f"piece {piece!r}: {plural(len(ids), 'byte')}")  # repr escapes control characters, once
         lines.append(f"  start    {show_tokens(enc, ids)}")
         while (merged := enc.merge_once(ids)) is not None:
             ids = merged
@@ -54,8 +55,8 @@ def parse_args(argv):
                         help="folder with encoder.json and vocab.bpe (default: the copy in data/gpt2-vocab)")
     parser.add_argument("--train", nargs="+", metavar="FILE", help="learn a vocabulary from these documents: UTF-8 "
                                                                    ".txt files, folders of them, .jsonl files")
-    parser.add_argument("--vocab-size", type=int, help="with --train: ids in all (256 bytes, the merges, "
-                                                       "<|endoftext|>; GPT-2 has 50257)")
+    parser.add_argument("--vocab-size", type=at_least(257, " (256 bytes and <|endoftext|>)"),
+                        help="with --train: ids in all (256 bytes, the merges, <|endoftext|>; GPT-2 has 50257)")
     parser.add_argument("--out", help="with --train: a new folder for encoder.json and vocab.bpe")
     parser.add_argument("--quiet", action="store_true", help="with --train: no progress")
     parser.error = fail
@@ -67,10 +68,11 @@ def parse_args(argv):
 
 def run_train(args):
     """--train: check --out first, learn the merges, write the two files."""
-    check_new_folder(args.out)
-    merges = bpe.train_vocab(corpus.read_corpus(args.train)[0], args.vocab_size, args.quiet)
-    bpe.write_vocab(args.out, merges)
-    print(f"{args.out}: {args.vocab_size} ids ({len(merges)} merges); "
+    with in_models_folder(args.out):  # --out models/my-vocab on a fresh clone
+        check_new_folder(args.out)
+        merges = bpe.train_vocab(corpus.read_corpus(args.train)[0], args.vocab_size, args.quiet)
+        bpe.write_vocab(args.out, merges)
+    print(f"{args.out}: {args.vocab_size} ids ({plural(len(merges), 'merge')}); "
           f"python bpe.py --vocab-dir {args.out} \"text\" uses it")
 
 

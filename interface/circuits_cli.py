@@ -22,7 +22,7 @@ import numpy as np
 
 import circuits
 from interface import loading
-from interface.options import model_flags, user_message
+from interface.options import at_least, check_page_folder, model_flags, user_message
 from plumbing.errors import UserError, exit_status, fail
 
 RANDOM = "random:"  # --text random:N: N random ids said twice
@@ -73,7 +73,7 @@ def heads_flags(p):
     p.add_argument("--text", required=True, help=f"the text to read, or {RANDOM}N: N random ids said twice "
                                                  "after <|endoftext|> (for induction heads)")
     p.add_argument("--pattern", required=True, choices=circuits.PATTERNS, help="the kind of head to look for")
-    p.add_argument("--seed", type=int, default=0, help=f"the seed of {RANDOM}N's ids (default 0)")
+    p.add_argument("--seed", type=at_least(0), default=0, help=f"the seed of {RANDOM}N's ids (default 0)")
 
 
 COMMANDS = {  # name: (what it does, its flags)
@@ -91,7 +91,7 @@ def source_head(text):
     """--source L.H as (layer, head); checked against the model once it is loaded."""
     layer, dot, head = text.partition(".")
     if not (dot and layer.isdigit() and head.isdigit()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a head: give LAYER.HEAD, e.g. 9.9")
+        raise argparse.ArgumentTypeError(f"must be a head, LAYER.HEAD (e.g. 9.9), got {text!r}")
     return int(layer), int(head)
 
 
@@ -113,12 +113,13 @@ def parse_args(argv):
     for flag in ("clean", "corrupted", "text"):
         if getattr(args, flag, None) == "":
             fail(f"--{flag} is empty: give a text")
+    if getattr(args, "answer", "") and args.answer == args.wrong:
+        fail(f"--answer and --wrong are the same token, {args.answer!r}: its logit difference with itself is always 0; "
+             "give two different answers")
     if getattr(args, "all_positions", False) and args.site != "head":
         fail(f"--all-positions goes with --site head (--site {args.site} patches one cell at a time as it is)")
     if args.html:
-        folder = os.path.dirname(os.path.abspath(args.html))
-        if not os.path.isdir(folder):
-            fail(f"{args.html}: its folder {folder} does not exist")
+        check_page_folder(args.html)
     return args
 
 
@@ -186,10 +187,16 @@ def column_label(text, width=10):
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def number_cell(value, width=10):
+    """A table's value to 3 decimals, and never -0.000 (what rounds to 0 is 0); a cell not measured (None) blank."""
+    return " " * width if value is None else f"{round(value, 3) + 0.0:>{width}.3f}"
+
+
 def grid(values, rows, columns, width=10):
-    """A table: one row a label, one column a label, values to 3 decimals."""
-    lines = [" " * 8 + "".join(f"{column_label(c, width - 1):>{width}}" for c in columns)]
-    lines += [f"{r:<8}" + "".join(f"{v:>{width}.3f}" for v in row) for r, row in zip(rows, values)]
+    """A table: one row a label (its column as wide as the longest), one column a label, values to 3 decimals."""
+    label = max(8, *(len(r) + 2 for r in rows))
+    lines = [" " * label + "".join(f"{column_label(c, width - 1):>{width}}" for c in columns)]
+    lines += [f"{r:<{label}}" + "".join(number_cell(v, width) for v in row) for r, row in zip(rows, values)]
     return lines
 
 
@@ -287,13 +294,20 @@ def run_attribution(args, encoder, params, hparams):
 
 
 def run_path(args, encoder, params, hparams):
+    layer, head = args.source
+    if layer == hparams["n_layer"] - 1 and head < hparams["n_head"]:
+        choose = f"choose a head in a layer before {layer}" if layer else "this model has no other"
+        raise UserError(f"--source {layer}.{head} is in the last layer: no head comes after it for its change to "
+                        f"reach; {choose}")
     clean, corrupted, answer, wrong = pair(args, encoder, hparams)
     clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong)
     values = circuits.path_patch(params, hparams, clean, corrupted, answer, wrong, args.source, args.component)
-    layer, head = args.source
-    return result(token_texts(encoder, clean[0]), values.tolist(),
-                  f"head {layer}.{head}'s change into each later head's {args.component} alone (the metric; 0 up to "
-                  f"layer {layer})", (layer_labels(hparams), head_labels(hparams), values.tolist(), corrupted_metric),
+    # the layers up to the source's are never patched (path_patch's 0s): not measured, so None, not 0
+    values = [[None] * hparams["n_head"] if i <= layer else row for i, row in enumerate(values.tolist())]
+    return result(token_texts(encoder, clean[0]), values,
+                  f"head {layer}.{head}'s change into each later head's {args.component} alone (the metric; blank "
+                  f"up to layer {layer}, the source's: not measured)",
+                  (layer_labels(hparams), head_labels(hparams), values, corrupted_metric),
                   [metrics_line(clean_metric, corrupted_metric)], clean=clean_metric, corrupted=corrupted_metric)
 
 

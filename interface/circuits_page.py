@@ -4,8 +4,9 @@
 
 The page shows the prompt's tokens and one table of coloured cells (layers x positions, layers x heads, or
 a column of shares): blue above the centre value, red below it, white at it, the colour's strength the
-distance over the largest one; hovering over a cell shows its row, its column and its value. The centre
-is the corrupted run's metric for a patching sweep (0 once normalized) and 0 otherwise. Nothing is fetched:
+distance over the largest one; hovering over a cell shows its row, its column and its value. A cell not
+measured (None: path patching's layers up to the source) is left grey and out of the scale. The centre is
+the corrupted run's metric for a patching sweep (0 once normalized) and 0 otherwise. Nothing is fetched:
 the data and the styles are in the file, and there is no script.
 """
 import html
@@ -22,13 +23,14 @@ def colour(value, center, scale):
 
 
 def render_page(title, description, tokens, rows, columns, values, center):
-    """The page's HTML. values [rows][columns]; center: the value shown white."""
-    scale = max((abs(v - center) for row in values for v in row), default=0.0)
+    """The page's HTML. values [rows][columns], None where not measured; center: the value shown white."""
+    scale = max((abs(v - center) for row in values for v in row if v is not None), default=0.0)
     esc = html.escape
     head = "".join(f"<th>{esc(str(c))}</th>" for c in columns)
     body = []
     for r, row in zip(rows, values):
-        cells = "".join(f'<td style="background:{colour(v, center, scale)}" title="{esc(str(r))}, {esc(str(c))}: '
+        cells = "".join(f'<td class="none" title="{esc(str(r))}, {esc(str(c))}: not measured"></td>' if v is None else
+                        f'<td style="background:{colour(v, center, scale)}" title="{esc(str(r))}, {esc(str(c))}: '
                         f'{v:.6g}">{v:.2f}</td>' for c, v in zip(columns, row))
         body.append(f"<tr><th>{esc(str(r))}</th>{cells}</tr>")
     tokens_html = "".join(f'<span class="tok">{esc(t)}</span>' for t in tokens)
@@ -54,6 +56,7 @@ PAGE = """<!DOCTYPE html>
   table {{ border-collapse: collapse; margin-top: 14px; }}
   td, th {{ padding: 3px 6px; font-size: 12px; text-align: right; font-family: ui-monospace, monospace; }}
   td {{ border: 1px solid #fff; min-width: 42px; }} th {{ font-weight: normal; color: #555; white-space: pre; }}
+  td.none {{ background: #f7f7f7; }}
 </style>
 </head>
 <body>

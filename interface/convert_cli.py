@@ -15,7 +15,7 @@ import convert
 from interface import loading
 from interface.options import model_flags
 from plumbing.errors import UserError, exit_status, fail
-from plumbing.folders import check_new_folder
+from plumbing.folders import check_new_folder, in_models_folder
 
 
 def main(argv=None):
@@ -39,9 +39,10 @@ def main(argv=None):
 def run(args):
     if args.gguf_type and args.to != "gguf":
         raise UserError("--gguf-type goes with --to gguf")
-    check_new_folder(args.out, advice=f"choose a new {'file' if args.to == 'gguf' else 'folder'} for OUT",
-                     empty_ok=False)  # before any download
-    folder = loading.fetch_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
-    out = convert.convert(folder, args.out, args.to, args.gguf_type or "f32")
+    with in_models_folder(args.out, args.models_dir):  # OUT models/124M-hf on a fresh clone
+        check_new_folder(args.out, advice=f"choose a new {'file' if args.to == 'gguf' else 'folder'} for OUT",
+                         empty_ok=False)  # before any download
+        folder = loading.fetch_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+        out = convert.convert(folder, args.out, args.to, args.gguf_type or "f32")
     kind = f" ({args.gguf_type or 'f32'})" if args.to == "gguf" else ""
     print(f"wrote {out}: {args.model} in {convert.FORMATS[args.to]} format{kind}")

@@ -10,9 +10,9 @@ SIGTERM: what arrived stays in its .part file, and the next run resumes it).
 import argparse
 
 import download
-from interface.options import model_flags
+from interface.options import at_least, model_flags
 from plumbing.errors import UserError, exit_status, fail
-from plumbing.fetching import MODELS_DIR_ENV
+from plumbing.folders import MODELS_DIR_ENV
 
 
 def main(argv=None):
@@ -23,12 +23,10 @@ def main(argv=None):
     model_flags(parser, positional=True, model_help=f"a size to download, one of {', '.join(download.MODEL_SIZES)}; "
                                                     "or with --verify, a model folder to check")
     parser.add_argument("--verify", action="store_true", help="check every tensor's CRC-32C instead of downloading")
-    parser.add_argument("--retries", type=int, default=5, help="tries per file before giving up (default 5)")
+    parser.add_argument("--retries", type=at_least(1), default=5, help="tries per file before giving up (default 5)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.error = fail
     args = parser.parse_args(argv)
-    if args.retries < 1:
-        fail("--retries must be at least 1")
     return exit_status(lambda: run(args))
 
 

@@ -40,8 +40,8 @@ def parse_args(argv):
                               help="perplexity, bits per byte: each FILE a document (a folder: each .txt in it; "
                                    ".jsonl: each line's text, or an example's prompt + response)")
     ppl.add_argument("files", nargs="+", metavar="FILE")
-    ppl.add_argument("--context", type=int, help="tokens a window reads (default: the model's n_ctx)")
-    ppl.add_argument("--stride", type=int, help="tokens a window moves, 1..context (default: the context)")
+    ppl.add_argument("--context", type=at_least(), help="tokens a window reads (default: the model's n_ctx)")
+    ppl.add_argument("--stride", type=at_least(), help="tokens a window moves, 1..context (default: the context)")
     for name, what in (("surprisal", "each word's surprisal in bits, one text a line"),
                        ("choice", 'multiple choice: {"context", "choices", "answer"} a line'),
                        ("lambada", 'LAMBADA, lm-eval\'s lambada_openai: {"text"} a line')):

@@ -28,7 +28,7 @@ import parameters
 import speculative
 from interface import loading
 from interface.bpe_cli import shown_token
-from interface.options import at_least, model_flags, user_message
+from interface.options import at_least, check_page_folder, model_flags, number, user_message
 from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
@@ -73,14 +73,14 @@ def parse_args(argv):
             fail("the prompt is not valid UTF-8 text")
     if (args.score or args.trace or args.lens or args.html) and not args.prompt:
         fail("--score, --trace, --lens and --html need a text")
-    if args.top is not None and args.top < 1:
-        fail("--top must be at least 1")
     if args.draft is not None:
         check_draft_flags(args, given_flags(p, argv))
+    if args.html:
+        check_page_folder(args.html)
     return args
 
 
-SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")  # what beam search, which samples nothing, refuses
+SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")  # what greedy and beam search, sampling nothing, refuse
 PENALTIES = ("repetition_penalty", "no_repeat_ngram_size")
 BEAMS = ("length_penalty", "early_stopping", "num_return_sequences")  # what only beam search reads
 GENERATING = SAMPLING + PENALTIES + BEAMS + ("n_tokens", "greedy", "n_samples", "no_stop", "draft", "draft_tokens",
@@ -113,20 +113,37 @@ def check_flags_agree(args, given):
     if "draft_tokens" in given and "draft" not in given:
         fail("--draft-tokens goes with --draft")
     check_beam_flags(args, given, flag)
+    if "" in args.stop:
+        fail("--stop is empty: give the text to stop at")
+    if args.num_return_sequences > args.num_beams:
+        fail(f"--num-return-sequences {args.num_return_sequences} is more than --num-beams {args.num_beams}: beam "
+             "search returns at most its beams")
+
+
+def check_samples_nothing(args, given, flag, decoding):
+    """Greedy decoding and beam search sample nothing: a flag of sampling beside them is a mistake.
+    (--temperature 0 is greedy's own; --n-samples with greedy is that many copies of one text, as asked.)"""
+    sampling = [d for d in SAMPLING if d in given and not (d == "temperature" and args.temperature == 0)]
+    if sampling:
+        fail(f"{flag(sampling[0])} is for sampling and does not go with {decoding}")
 
 
 def check_beam_flags(args, given, flag):
     """Beam search samples nothing and keeps its own beams: the flags of sampling, of several samples
-    and of speculative decoding are mistakes beside it, and its own flags are mistakes without it."""
+    and of speculative decoding are mistakes beside it, and its own flags are mistakes without it.
+    Greedy decoding (--greedy, --temperature 0) samples nothing either: the same rule holds it."""
     beams = f"--num-beams {args.num_beams} (beam search, which samples nothing)"
     if args.num_beams == 1:
         for dest in BEAMS:
             if dest in given:
                 fail(f"{flag(dest)} goes with --num-beams 2 or more: it is for beam search")
+        if args.greedy or ("temperature" in given and args.temperature == 0):
+            check_samples_nothing(args, given, flag, "--greedy (which samples nothing)" if args.greedy else
+                                  "--temperature 0 (greedy decoding, which samples nothing)")
         return
-    sampling = [d for d in SAMPLING if d in given and not (d == "temperature" and args.temperature == 0)]
-    if sampling:
-        fail(f"{flag(sampling[0])} is for sampling and does not go with {beams}")
+    check_samples_nothing(args, given, flag, beams)
+    if args.n_tokens == 0:
+        fail(f"--n-tokens must be at least 1 for {beams}: the beams are the new tokens")
     if args.n_samples > 1:
         fail(f"--n-samples is for sampling; {beams} returns --num-return-sequences sequences")
     if args.draft is not None:
@@ -174,13 +191,13 @@ def run(args):
 # ----------------------------------------------------------------------------
 
 def generate_flags(p):
-    p.add_argument("--n-tokens", type=int, default=40, help="tokens to generate (default 40)")
-    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1)")
-    p.add_argument("--top-k", type=int, default=None, help="sample only from the k most likely tokens")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: smallest set with this mass")
-    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed gives the same text")
+    p.add_argument("--n-tokens", type=at_least(0), default=40, help="tokens to generate (default 40)")
+    p.add_argument("--temperature", type=number, default=1.0, help="softmax temperature; 0 = greedy (default 1)")
+    p.add_argument("--top-k", type=at_least(1), default=None, help="sample only from the k most likely tokens")
+    p.add_argument("--top-p", type=number, default=1.0, help="nucleus sampling: smallest set with this mass")
+    p.add_argument("--seed", type=at_least(0), default=None, help="random seed: the same seed gives the same text")
     p.add_argument("--greedy", action="store_true", help="always take the most likely token (temperature 0)")
-    p.add_argument("--n-samples", type=int, default=1, help="independent samples, run as one batch")
+    p.add_argument("--n-samples", type=at_least(1), default=1, help="independent samples, run as one batch")
     p.add_argument("--no-stop", action="store_true", help="keep going after <|endoftext|>")
     p.add_argument("--draft", metavar="MODEL", help="speculative decoding: a draft model with the same vocabulary "
                                                     "(as --model takes one) proposes tokens that the model checks "
@@ -188,20 +205,20 @@ def generate_flags(p):
                                                     "text's last words where they occurred before. The same "
                                                     "distribution (--greedy: the same text), faster where the "
                                                     "draft agrees")
-    p.add_argument("--draft-tokens", type=int, default=4, metavar="K", help="tokens the draft proposes a pass "
+    p.add_argument("--draft-tokens", type=at_least(1), default=4, metavar="K", help="tokens the draft proposes a pass "
                                                                             "(default 4)")
-    p.add_argument("--min-p", type=float, default=0.0, metavar="P", help="sampling: drop every token less likely "
+    p.add_argument("--min-p", type=number, default=0.0, metavar="P", help="sampling: drop every token less likely "
                                                                          "than P times the most likely (default 0)")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="P",
+    p.add_argument("--repetition-penalty", type=number, default=1.0, metavar="P",
                    help="every token already in the text (prompt included) made less likely: its logit divided by "
                         "P where positive, times P where negative (default 1: none)")
-    p.add_argument("--no-repeat-ngram-size", type=int, default=0, metavar="N",
+    p.add_argument("--no-repeat-ngram-size", type=at_least(0), default=0, metavar="N",
                    help="never write an N-gram that the text (prompt included) already holds (default 0: none)")
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="end where the text has written TEXT, which is printed and nothing after it (repeatable)")
     p.add_argument("--num-beams", type=at_least(1), default=1, metavar="K",
                    help="beam search with K beams (default 1: none); deterministic, no sampling flags")
-    p.add_argument("--length-penalty", type=float, default=1.0, metavar="A", help="beam search: a finished text "
+    p.add_argument("--length-penalty", type=number, default=1.0, metavar="A", help="beam search: a finished text "
                                                                                   "scores its log p / length ** A "
                                                                                   "(default 1)")
     p.add_argument("--early-stopping", action="store_true",
@@ -218,10 +235,6 @@ def check_draft_flags(args, given):
              "model's own distribution")
     if args.n_samples != 1:
         fail("--n-samples must be 1 with a draft: speculative decoding runs one sample")
-    try:
-        speculative.check_draft_tokens(args.draft_tokens)
-    except UserError as e:
-        fail(user_message(e))
 
 
 def load_draft(args, encoder, hparams):
@@ -242,9 +255,13 @@ def start_ids(args, encoder):
     ids = encoder.encode(args.prompt)
     if not ids and encoder.eot is None:
         raise UserError("this vocabulary has no <|endoftext|> to start from: give a prompt")
-    if not ids and not args.quiet and not args.json:
-        print("no prompt: sampling unconditionally, after <|endoftext|>", file=sys.stderr)
     return ids or [encoder.eot]
+
+
+def say_unconditional(args):
+    """An empty prompt's note, once the request is checked (a mistake is its one line alone)."""
+    if not args.prompt and not args.quiet and not args.json:
+        print("no prompt: sampling unconditionally, after <|endoftext|>", file=sys.stderr)
 
 
 def run_generate(args, encoder, hparams, params):
@@ -315,8 +332,9 @@ def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop, draft=No
         steps = speculative.generate_with_draft(prompt_ids, params, hparams, draft, args.draft_tokens, args.n_tokens,
                                                 args.temperature, args.top_k, args.top_p, args.seed, stop,
                                                 watch=watching, counts=draft_counts)
+    say_unconditional(args)  # generate has checked the settings: nothing was printed before a mistake
     stream = args.n_samples == 1 and not args.json
-    if stream:  # generate has checked the settings: nothing was printed before a mistake
+    if stream:
         print(args.prompt, end="", flush=True)
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
     stop_strings = [s.encode() for s in args.stop]
@@ -379,6 +397,8 @@ def run_beams(args, encoder, hparams, params):
     """--num-beams K: beam_search's best --num-return-sequences sequences, printed whole at the end."""
     prompt_ids = start_ids(args, encoder)
     stop = None if args.no_stop else encoder.eot
+    g.checked_prompt(prompt_ids, params, hparams, args.n_tokens, stop)  # before the note: a mistake is one line
+    say_unconditional(args)
     start = time.perf_counter()
     best = beam_search.beam_search(prompt_ids, params, hparams, args.n_tokens, args.num_beams, args.length_penalty,
                                    args.early_stopping, args.num_return_sequences, stop, args.stop,
@@ -413,7 +433,7 @@ def run_score(args, encoder, hparams, params):
     for i, token in enumerate(ids):
         lp = "" if i == 0 else f"{logprobs[i - 1]:10.4f}"
         print(f"{quoted_token(encoder, token):<20}{token:>7}{lp:>10}")
-    print(f"loss {loss:.4f} nats/token over {len(ids) - 1} predictions, perplexity {perplexity:.2f}")
+    print(f"loss {loss:.4f} nats/token over {plural(len(ids) - 1, 'prediction')}, perplexity {perplexity:.2f}")
 
 
 # ----------------------------------------------------------------------------
@@ -423,7 +443,7 @@ def run_score(args, encoder, hparams, params):
 def trace_flags(p):
     p.add_argument("--trace", action="store_true", help="run one forward pass on the prompt and print "
                                                         "every stage's shape and statistics (--json: the numbers)")
-    p.add_argument("--trace-block", type=int, default=None, help="with --trace: only this block")
+    p.add_argument("--trace-block", type=at_least(0), default=None, help="with --trace: only this block")
 
 
 def run_trace(args, encoder, hparams, params):
@@ -463,7 +483,7 @@ def print_trace(stages):
 # ----------------------------------------------------------------------------
 
 def look_inside_flags(p):
-    p.add_argument("--top", type=int, default=None, metavar="K",
+    p.add_argument("--top", type=at_least(1), default=None, metavar="K",
                    help="the K most likely next tokens after the prompt, with their probabilities; with --html: the "
                         "page's table holds K (default 10); with --json, while generating: each step's K most likely "
                         "tokens after temperature, top-k and top-p")
@@ -487,6 +507,7 @@ def top_entries(encoder, probs, k):
 
 def run_top(args, encoder, hparams, params):
     ids = start_ids(args, encoder)
+    say_unconditional(args)
     logits = g.gpt2(ids, params, hparams, last_only=True)[-1]
     top, probs, logprobs = look_inside.next_token_table(logits, args.top)
     print(f"after {plural(len(ids), 'token')}, ...{quoted_token(encoder, ids[-1])}:")

@@ -3,11 +3,16 @@ flags' own words, and a whole number from a flag.
 
     model_flags(parser)    --model, --models-dir and (where OpenAI's files are downloaded) --base-url
     user_message(e)        a UserError about the Python API's top_k, as the command line's --top-k
-    at_least(1)            an argparse type: a whole number no smaller than 1
+    at_least(1)            an argparse type: a whole number no smaller than 1 ("--num-beams must be at least 1, got 0")
+    number                 an argparse type: a number ("--top-p must be a number, got 'x'")
+    check_page_folder(f)   --html FILE's folder is there, before any work
 """
-import download
+import argparse
+import os
+
 from plumbing import shapes
-from plumbing.fetching import MODELS_DIR_ENV
+from plumbing.errors import fail
+from plumbing.folders import MODELS_DIR_ENV
 
 SIZES = ", ".join(shapes.SIZES)  # 124M, 355M, 774M, 1558M
 MODEL_HELP = (f"{SIZES}, a model folder (OpenAI's or Hugging Face's), hf:owner/name[@revision] from the Hub, "
@@ -27,6 +32,8 @@ def model_flags(parser, positional=False, model_help=MODEL_HELP, base_url=True):
     """The model a command reads: --model (124M unless given), or with positional the argument MODEL;
     --models-dir, where the sizes are downloaded; and unless base_url is False, --base-url, a mirror
     of OpenAI's files."""
+    import download  # here, not above: bpe.py and handout.py take at_least alone, without requests' start-up
+
     if positional:
         parser.add_argument("model", metavar="MODEL", help=model_help)
     else:
@@ -43,13 +50,33 @@ def user_message(e):
     return f"{FLAGS[e.arg]} {e.message}" if e.arg in FLAGS else str(e)
 
 
-def at_least(least):
-    """An argparse type: the text as a whole number, which must be `least` or more (argparse's
-    error then names the flag and says "invalid whole number >= 1 value")."""
+def at_least(least=None, why=""):
+    """An argparse type: the text as a whole number, `least` or more (None: any; why: the reason, said
+    after it). A mistake reads as every other message: "--num-beams must be at least 1, got 0" (fail,
+    each parser's error, says it without argparse's "argument --num-beams:")."""
     def parse(text):
-        value = int(text)
-        if value < least:
-            raise ValueError
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if least is not None and value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}{why}, got {value}")
         return value
-    parse.__name__ = f"whole number >= {least}"
     return parse
+
+
+def number(text):
+    """An argparse type: the text as a number (float's, so inf and nan too: each flag's check says
+    which it takes); a mistake reads as at_least's: "--top-p must be a number, got 'x'"."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
+def check_page_folder(path):
+    """--html FILE: its folder must be there (a page is not a model: no folder is made for it), said
+    before any work rather than once the page is ready to write."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        fail(f"{path}: its folder {folder} does not exist")

@@ -21,10 +21,10 @@ import numpy as np
 
 import train
 from interface import loading
-from interface.options import model_flags
+from interface.options import at_least, model_flags, number
 from plumbing import shapes
-from plumbing.errors import UserError, exit_status, fail, given_flags, read_json
-from plumbing.folders import check_new_folder
+from plumbing.errors import UserError, exit_status, fail, given_flags, plural, read_json
+from plumbing.folders import check_new_folder, in_models_folder
 from plumbing.memory import available_memory
 
 FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that began from nothing
@@ -49,10 +49,12 @@ class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
 
 def add_table(p, table, prefix="", what=""):
     """A flag for each of a train.py table's settings: --name (with prefix: --prefix-name), its
-    type, its default and its help (after `what`, the table's few words)."""
+    type (a number read as every command reads one: options.py's), its default and its help (after
+    `what`, the table's few words). check_flags says each one's range."""
     for name, (default, kind, text) in table.items():
         dest = prefix + name
-        p.add_argument(f"--{dest.replace('_', '-')}", dest=dest, type=kind, default=default, help=what + text)
+        p.add_argument(f"--{dest.replace('_', '-')}", dest=dest, type={int: at_least(), float: number}.get(kind, kind),
+                       default=default, help=what + text)
 
 
 def parser():
@@ -80,7 +82,7 @@ def parser():
 def check_flags(args):
     for name in ("steps", "batch_size", "context", "accum", "eval_every", "sample_every", "save_every"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1")
+            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     for name, ok, rule in (("val_fraction", 0 <= args.val_fraction < 1, "in [0, 1)"),
                            ("dropout", 0 <= args.dropout < 1, "in [0, 1)"),
                            ("lr", args.lr > 0, "above 0"),
@@ -89,12 +91,12 @@ def check_flags(args):
                            ("grad_clip", args.grad_clip >= 0, "at least 0 (0: never clip)"),
                            ("warmup", args.warmup is None or args.warmup >= 0, "at least 0")):
         if not ok or not np.isfinite(getattr(args, name) or 0):
-            fail(f"--{name.replace('_', '-')} must be {rule}")
+            fail(f"--{name.replace('_', '-')} must be {rule}, got {getattr(args, name)}")
     for name in ("n_layer", "n_head", "n_embd"):
         if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1")
+            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not 0 < args.beta2 < 1:
-        fail("--beta2 must be in (0, 1)")
+        fail(f"--beta2 must be in (0, 1), got {args.beta2}")
     if args.seed < 0:
         fail(f"--seed must be at least 0, got {args.seed}")
     if args.steps > MOST_MICRO_BATCHES:
@@ -126,7 +128,7 @@ def check_lora_flags(args):
     if args.lora_rank is not None and args.from_scratch:
         fail("--lora-rank fine-tunes a model's frozen weights: leave out --from-scratch")
     if args.lora_alpha is not None and not (args.lora_alpha > 0 and np.isfinite(args.lora_alpha)):
-        fail("--lora-alpha must be above 0")
+        fail(f"--lora-alpha must be above 0, got {args.lora_alpha}")
     targets = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
     unknown = [t for t in targets if t not in train.LORA_TARGETS]
     if unknown or not targets:
@@ -201,6 +203,11 @@ def fetched_model(args, recipe, lora):
 
 
 def run(args):
+    with in_models_folder(args.out, args.models_dir):  # --out models/baby on a fresh clone
+        return run_in(args)
+
+
+def run_in(args):
     check_out(args.out, args.resume)
     if args.resume:
         note = resumed_flags(args, read_json(os.path.join(args.out, train.CONFIG_FILE)))
@@ -216,8 +223,8 @@ def run(args):
                              base=lambda: fetched_model(args, recipe, lora), new=new, lora=lora, resume=args.resume,
                              vocab_dir=os.path.join(scratch, "vocab"), quiet=args.quiet)
         if ready["state"]["step"] >= recipe["steps"]:
-            print(f"{args.out}: already trained for {ready['state']['step']} steps, nothing to do (a larger --steps "
-                  "goes on)")
+            print(f"{args.out}: already trained for {plural(ready['state']['step'], 'step')}, nothing to do (a larger "
+                  "--steps goes on)")
             return 0
         code = train.train(ready, args.out, saved_flags(args, ready), quiet=args.quiet)
     if code == 0:

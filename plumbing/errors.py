@@ -17,6 +17,7 @@ in one line and ends with status 130, the status of Ctrl-C, whichever of the two
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -31,13 +32,17 @@ class UserError(ValueError):
         super().__init__(f"{arg} {message}" if arg else f"{path}: {message}" if path else message)
 
 
-def plural(n, word):
-    """'1 token', '2 tokens': a count in a message, as a reader says it."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def plural(n, word, spec=""):
+    """'1 token', '2 tokens': a count in a message, as a reader says it (spec ",": '1,181 tokens')."""
+    return f"{n:{spec}} {word}{'' if n == 1 else 's'}"
 
 
 def fail(message):
-    """Report a user's mistake on the command line: one line on stderr, exit status 2."""
+    """Report a user's mistake on the command line: one line on stderr, exit status 2. It is each
+    command's parser's error too: there a flag's type that says what the flag must be (interface/
+    options.py's at_least) reads as every other message, "--top-k must be ...", not argparse's
+    "argument --top-k: must be ..."."""
+    message = re.sub(r"^argument (\S+): (?=must be )", r"\1 ", message)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 

@@ -25,13 +25,13 @@ import requests
 from tqdm import tqdm
 
 from plumbing.errors import UserError
+from plumbing.folders import new_folders, remove_empty
 
 try:
     import fcntl  # POSIX file locks
 except ImportError:  # Windows: no lock (see the README)
     fcntl = None
 
-MODELS_DIR_ENV = "GPT2_MODELS_DIR"
 LOCK = ".lock"
 
 
@@ -65,12 +65,6 @@ def looks_like_a_web_page(head):
         b"<html" in head[:2048].lower()
 
 
-def default_models_dir():
-    """$GPT2_MODELS_DIR, else models/ in the project's folder (so any working directory works)."""
-    return os.environ.get(MODELS_DIR_ENV) or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                                          "models")
-
-
 # ----------------------------------------------------------------------------
 # A folder that one process at a time downloads into
 # ----------------------------------------------------------------------------
@@ -89,21 +83,8 @@ def downloading_into(folder, model, quiet):
         with taking_turns(folder, model, quiet):
             yield
     except BaseException:
-        for path in made:  # the deepest first; one that is not empty stops the walk up
-            try:
-                os.rmdir(path)
-            except OSError:
-                break
+        remove_empty(made)
         raise
-
-
-def new_folders(folder):
-    """The folders that os.makedirs(folder) would create, the deepest first."""
-    made, folder = [], os.path.abspath(folder)
-    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
-        made.append(folder)
-        folder = os.path.dirname(folder)
-    return made
 
 
 @contextlib.contextmanager

@@ -4,7 +4,8 @@ and never over someone's work.
 Everything is written into a hidden `.writing-*` sibling first and renamed into place only
 when complete, so a crash, a full disk or Ctrl-C never leaves half a folder, nor the hidden
 one. What is made gets the permissions `open()` and `mkdir` would have given it (tempfile
-makes its folders and files private).
+makes its folders and files private). The models folder (models/ on a fresh clone) is made
+when a command writes into it; no other missing folder is.
 """
 import contextlib
 import os
@@ -12,6 +13,54 @@ import shutil
 import tempfile
 
 from plumbing.errors import UserError
+
+MODELS_DIR_ENV = "GPT2_MODELS_DIR"
+PROJECT_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
+
+
+def default_models_dir():
+    """$GPT2_MODELS_DIR, else models/ in the project's folder (so any working directory works)."""
+    return os.environ.get(MODELS_DIR_ENV) or PROJECT_MODELS
+
+
+def new_folders(folder):
+    """The folders that os.makedirs(folder) would create, the deepest first."""
+    made, folder = [], os.path.abspath(folder)
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        made.append(folder)
+        folder = os.path.dirname(folder)
+    return made
+
+
+def remove_empty(made):
+    """Take away the folders a run made (new_folders'), the deepest first, while they are empty."""
+    for path in made:
+        try:
+            os.rmdir(path)
+        except OSError:
+            break  # one that is not empty stops the walk up
+
+
+@contextlib.contextmanager
+def in_models_folder(path, models_dir=None):
+    """`with in_models_folder(out, models_dir):` write `out`. Where out goes straight into the models
+    folder (models_dir, else default_models_dir(); or the project's own models/) and that folder is
+    not there yet, as on a fresh clone, it is made first, as a download makes it; if the block fails,
+    what was made goes again while it is empty. Any other missing parent is left to check_new_folder
+    to refuse: a mistyped path grows no folders."""
+    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    homes = {os.path.realpath(models_dir or default_models_dir()), os.path.realpath(PROJECT_MODELS)}
+    made = new_folders(parent) if parent in homes else []
+    if made:
+        try:
+            os.makedirs(parent)
+        except OSError as e:
+            raise UserError(f"cannot create the models folder {parent} ({e.strerror or e})", path=path) from None
+    try:
+        yield
+    except BaseException:
+        remove_empty(made)
+        raise
 
 
 def check_new_folder(path, advice="choose a new one", empty_ok=True):

@@ -17,8 +17,8 @@ import os
 import re
 
 from plumbing import model_files
-from plumbing.fetching import (BadFile, DownloadError, NotFound, check_not_a_web_page, default_models_dir,
-                               downloading_into, fetch_file)
+from plumbing.fetching import BadFile, DownloadError, NotFound, check_not_a_web_page, downloading_into, fetch_file
+from plumbing.folders import default_models_dir
 from plumbing.safetensors_reader import SafetensorsError, read_header
 from plumbing.shapes import TOKENIZER_FILES
 

@@ -10,16 +10,20 @@ import sys
 import time
 
 EVERY = 10.0  # seconds between two lines in a log
+NO_ESTIMATE = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]"  # tqdm's own, without {remaining}
 
 
-def progress(total, unit, initial=0, quiet=False, file=None, every=EVERY):
+def progress(total, unit, initial=0, quiet=False, file=None, every=EVERY, estimate=True):
     """A progress display with tqdm's update, set_postfix, write and close (and `with`): tqdm's
-    bar if `file` (stderr) is a terminal, plain lines if not, nothing but write's messages if quiet."""
+    bar if `file` (stderr) is a terminal, plain lines if not, nothing but write's messages if quiet.
+    The time left is the time so far over the units done, times those to do: right where each unit
+    costs about the same (a training step); estimate=False shows none, where the units' cost falls
+    as they go (a vocabulary's merges), so that no rate measured so far says what the rest will take."""
     file = sys.stderr if file is None else file
     if not quiet and file.isatty():
         from tqdm import tqdm
-        return tqdm(total=total, initial=initial, unit=unit, file=file)
-    return Lines(total, unit, initial, file, None if quiet else every)
+        return tqdm(total=total, initial=initial, unit=unit, file=file, bar_format=None if estimate else NO_ESTIMATE)
+    return Lines(total, unit, initial, file, None if quiet else every, estimate)
 
 
 class Lines:
@@ -27,8 +31,8 @@ class Lines:
     when `every` seconds have passed since the last one, and one at close if the count moved
     since. every=None: no lines at all."""
 
-    def __init__(self, total, unit, initial, file, every):
-        self.total, self.unit, self.file, self.every = total, unit, file, every
+    def __init__(self, total, unit, initial, file, every, estimate=True):
+        self.total, self.unit, self.file, self.every, self.estimate = total, unit, file, every, estimate
         self.n = self.shown = self.initial = initial
         self.postfix = ""
         self.start = self.last = time.monotonic()
@@ -49,7 +53,7 @@ class Lines:
         elapsed = self.last - self.start
         parts = [f"{self.unit} {self.n:,}" + (f"/{self.total:,} ({self.n / self.total:.0%})" if self.total else ""),
                  f"{elapsed:.0f} s"]
-        if self.total and self.n > self.initial:
+        if self.estimate and self.total and self.n > self.initial:
             parts.append(f"{elapsed / (self.n - self.initial) * (self.total - self.n):.0f} s left")
         print(", ".join(parts + ([self.postfix] if self.postfix else [])), file=self.file, flush=True)
 

@@ -258,9 +258,9 @@ def train_args(model, data, out, *more):
             "--save-every", "6", "--quiet", *more]
 
 
-def run_train(*args):
+def run_train(*args, env=None):
     return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env={**os.environ, **(env or {})})
 
 
 # a model folder and a small text to fine-tune it on (test_train.py, test_train_lora.py)

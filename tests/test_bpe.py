@@ -311,9 +311,9 @@ def test_missing_vocabulary_folder(tmp_path):
 
 # --- command line -------------------------------------------------------------------------
 
-def run_bpe(*args):
+def run_bpe(*args, env=None):
     return subprocess.run([sys.executable, os.path.join(ROOT, "bpe.py"), *args],
-                          capture_output=True, text=True, encoding="utf-8")
+                          capture_output=True, text=True, encoding="utf-8", env={**os.environ, **(env or {})})
 
 
 def test_cli_shows_tokens_and_ids():
@@ -357,7 +357,7 @@ def test_cli_errors_are_one_line_and_exit_2(args, message):
 
 def test_cli_shows_a_newline_escaped_once():
     r = run_bpe("--steps", "a\nb")
-    assert r.returncode == 0 and "piece '\\n': 1 bytes" in r.stdout.splitlines()
+    assert r.returncode == 0 and "piece '\\n': 1 byte" in r.stdout.splitlines()
     assert run_bpe("a\n\tb").stdout.splitlines()[0] == "a|\\n|\\t|b"
 
 
@@ -464,6 +464,7 @@ def test_bad_training_input_is_one_line_and_writes_nothing(tmp_path):
     empty.write_text(" \n")
     latin.write_bytes("café".encode("latin-1"))
     for args, message in [((good, "256"), "--vocab-size must be at least 257 (256 bytes and <|endoftext|>), got 256"),
+                          ((good, "many"), "error: --vocab-size must be a whole number, got 'many'"),
                           ((empty, "300"), "empty.txt: is empty"),
                           ((latin, "300"), "latin.txt: is not UTF-8 text"),
                           ((good, "300"), "the text has only enough distinct pairs for 6 merges, not the 43 that "
@@ -567,3 +568,48 @@ def test_ctrl_c_during_training_is_one_line_and_exit_130(tmp_path, stop, said):
     stdout, stderr = p.communicate(timeout=60)
     assert p.returncode == 130 and stderr == said + "\n" and stdout == "", stderr
     assert not out.exists() and not [f for f in os.listdir(tmp_path) if f.startswith(".writing-")]
+
+
+def test_train_out_in_a_models_folder_not_yet_made_makes_it(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("abab abab cdcd " * 20, encoding="utf-8")
+    models = tmp_path / "models"
+    r = run_bpe("--train", str(text), "--vocab-size", "260", "--out", str(models / "vocab"), "--quiet",
+                env={"GPT2_MODELS_DIR": str(models)})
+    assert r.returncode == 0 and sorted(os.listdir(models / "vocab")) == ["encoder.json", "vocab.bpe"], r.stderr
+    r = run_bpe("--train", str(text), "--vocab-size", "260", "--out", str(tmp_path / "no" / "vocab"), "--quiet")
+    assert r.returncode == 2 and "no does not exist" in r.stderr and not (tmp_path / "no").exists(), r.stderr
+
+
+def test_steps_say_one_byte_in_the_singular(encoder):
+    from interface.bpe_cli import show_steps
+
+    assert show_steps(encoder, "a b").splitlines()[0] == "piece 'a': 1 byte"
+    assert show_steps(encoder, "a b").splitlines()[3] == "piece ' b': 2 bytes"
+
+
+def test_merges_promise_no_time_left(capsys, monkeypatch):
+    """The first merges cost the most: an estimate from their rate said 129 s left of a 4 s run. A log's lines
+    and a terminal's bar show the merges' count, time and rate, and no time left; a training step's still do."""
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    with bpe.merge_progress(3, quiet=False, every=0) as on_merge:
+        on_merge(0)
+    log = capsys.readouterr().err
+    assert "merge 1/3 (33%), " in log and " left" not in log, log
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    with bpe.merge_progress(3, quiet=False) as on_merge:
+        for k in range(3):
+            on_merge(k)
+    bar = sys.stderr.getvalue()
+    assert "3/3 [" in bar and "<" not in bar, bar  # tqdm's [elapsed<remaining], without the remaining
+    from plumbing.progress import progress
+
+    steps = Terminal()
+    with progress(3, "step", file=steps) as bar:
+        bar.update(3)
+    assert "<" in steps.getvalue()

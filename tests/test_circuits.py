@@ -497,8 +497,10 @@ def test_each_command_gives_the_experiments_numbers(models, capsys):
     assert cli_json(capsys, "dla", *CLEAN_ONLY, "--by", "head")["labels"] == ["L0H0", "L0H1", "L1H0", "L1H1"]
     np.testing.assert_allclose(cli_json(capsys, "attribution", *IOI, "--site", "mlp_out")["values"],
                                circuits.attribution(params, hp, clean, corrupted, answer, wrong, "mlp_out"))
-    np.testing.assert_allclose(cli_json(capsys, "path", *IOI, "--source", "0.1", "--component", "v")["values"],
-                               circuits.path_patch(params, hp, clean, corrupted, answer, wrong, (0, 1), "v"))
+    out = cli_json(capsys, "path", *IOI, "--source", "0.1", "--component", "v")["values"]
+    assert out[0] == [None, None]  # layer 0, the source's, is not measured
+    patched = circuits.path_patch(params, hp, clean, corrupted, answer, wrong, (0, 1), "v")
+    np.testing.assert_allclose(out[1:], patched[1:])
     out = cli_json(capsys, "heads", "--text", "random:12", "--pattern", "induction", "--seed", "0")
     ids = circuits.repeated_random_tokens(12, 50257, 50256, seed=0)
     np.testing.assert_allclose(out["values"], circuits.head_scores(params, hp, ids, "induction"))
@@ -552,6 +554,34 @@ def test_the_pages_colours_are_white_at_the_centre_and_full_at_the_largest_dista
     assert circuits_page.colour(7.0, center=0.0, scale=0.0) == "rgb(255,255,255)"  # all values alike
 
 
+def test_path_patchings_unmeasured_cells_are_null_blank_and_out_of_the_pages_scale(capsys, tmp_path):
+    """The layers up to the source are never patched: null in --json, blank in the table, and on the page grey,
+    with the colours' scale set by the measured cells alone (the largest of them full blue or red)."""
+    from interface import circuits_page
+
+    page = tmp_path / "path.html"
+    code, out, err = cli(capsys, "path", *IOI, "--source", "0.1", "--model", TINY, "--html", str(page))
+    lines = out.splitlines()
+    assert code == 0 and "blank up to layer 0, the source's: not measured" in lines[1], out
+    assert lines[3].strip() == "layer 0" and len(lines[4].split()) == 4, out  # blank; then layer 1's two values
+    html = page.read_text(encoding="utf-8")
+    assert html.count('class="none"') == 2 and ("rgb(49,101,196)" in html or "rgb(214,72,58)" in html), html
+    values = [[None, None], [1.0, 3.0]]
+    cells = circuits_page.render_page("t", "d", ["a"], ["layer 0", "layer 1"], ["H0", "H1"], values, 2.0)
+    assert cells.count("rgb(214,72,58)") == 1 and cells.count("rgb(49,101,196)") == 1, cells  # scale 1, not 2
+    assert cells.count('title="layer 0, H0: not measured"></td>') == 1
+
+
+def test_a_tables_columns_line_up_and_it_shows_no_negative_zero(capsys):
+    """DLA's labels (0_attn_out) are wider than the 8 a layer's take: the column widens. A normalized value that
+    rounds to 0 is 0.000, not -0.000."""
+    code, out, err = cli(capsys, "dla", *CLEAN_ONLY, "--model", TINY)
+    rows = out.splitlines()[2:-1]  # the column's header, then a row a part
+    assert code == 0 and rows[3].startswith("0_attn_out ") and len({len(row) for row in rows}) == 1, out
+    code, out, err = cli(capsys, "patch", *IOI, "--normalized", "--model", TINY)
+    assert code == 0 and "-0.000" not in out and "     0.000" in out, out
+
+
 BAD = [  # argv (after the model) -> the one line it gets
     (["patch", *IOI[:5], " Mary Ann", "--wrong", " John"], "--answer ' Mary Ann' is 2 tokens (' Mary', ' Ann'): an "
                                                             "answer must be one token"),
@@ -562,7 +592,11 @@ BAD = [  # argv (after the model) -> the one line it gets
     (["path", *IOI, "--source", "0.1", "--component", "o"], "argument --component: invalid choice: 'o'"),
     (["heads", "--text", "the cat", "--pattern", "copying"], "argument --pattern: invalid choice: 'copying'"),
     (["path", *IOI, "--source", "5.0"], "--source must be a head of the model, layer 0..1 and head 0..1, got 5.0"),
-    (["path", *IOI, "--source", "nine"], "argument --source: 'nine' is not a head: give LAYER.HEAD"),
+    (["path", *IOI, "--source", "1.0"], "error: --source 1.0 is in the last layer: no head comes after it for its "
+                                        "change to reach; choose a head in a layer before 1"),
+    (["path", *IOI, "--source", "nine"], "error: --source must be a head, LAYER.HEAD (e.g. 9.9), got 'nine'"),
+    (["heads", "--text", "random:5", "--pattern", "induction", "--seed", "-1"], "error: --seed must be at least 0, "
+                                                                                "got -1"),
     (["patch", *IOI, "--html", "/no/such/folder/page.html"], "its folder /no/such/folder does not exist"),
     (["patch", "--clean", "", *IOI[2:]], "--clean is empty: give a text"),
     (["heads", "--text", "random:40", "--pattern", "induction"], "--text random:40 is 81 tokens; the model reads at "
@@ -571,6 +605,9 @@ BAD = [  # argv (after the model) -> the one line it gets
                                                        "at most 64"),
     (["patch", *IOI[:2], "--corrupted", IOI[1], *IOI[4:], "--normalized"], "give the same metric"),
     (["patch", *IOI, "--all-positions"], "--all-positions goes with --site head"),
+    (["dla", *CLEAN_ONLY[:-1], " Mary"], "error: --answer and --wrong are the same token, ' Mary': its logit "
+                                         "difference with itself is always 0"),
+    (["patch", *IOI[:-1], " Mary", "--normalized"], "--answer and --wrong are the same token"),
 ]
 
 

@@ -191,9 +191,9 @@ def test_n_inner_and_eps_go_into_config_json_and_read_back(tmp_path):
 
 # --- whole or not at all, and bad input ------------------------------------------------------------
 
-def run(*args, script="convert.py"):
+def run(*args, script="convert.py", env=None):
     return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env={**os.environ, **(env or {})})
 
 
 def assert_one_line_error(r, message):
@@ -208,6 +208,16 @@ def test_the_command_writes_a_folder_and_says_so(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["hf", "tiny"]
     assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "generation_config.json", "merges.txt",
                                                    "model.safetensors", "tokenizer_config.json", "vocab.json"]
+
+
+def test_out_in_a_models_folder_not_yet_made_makes_it(tmp_path):
+    source = model_folder_copy("tiny", str(tmp_path / "tiny"))
+    models = tmp_path / "models"
+    r = run(source, str(models / "hf"), "--to", "hf", "--models-dir", str(models))
+    assert r.returncode == 0 and os.listdir(models) == ["hf"], r.stderr
+    r = run(source, str(tmp_path / "no" / "hf"), "--to", "hf", "--models-dir", str(models))
+    assert_one_line_error(r, "no does not exist")
+    assert not (tmp_path / "no").exists()
 
 
 def test_a_size_is_downloaded_first_from_models_dir_and_base_url(tmp_path):

@@ -203,7 +203,7 @@ def test_cli_downloads_and_verifies(mirror, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["350M"], "unknown model '350M'"),
-    (["124M", "--retries", "0"], "--retries must be at least 1"),
+    (["124M", "--retries", "0"], "error: --retries must be at least 1, got 0"),
     (["124M", "--retries", "1", "--base-url", "http://127.0.0.1:{port}"], "could not download"),
     (["--verify", "{tmp}"], "hparams.json"),
 ])

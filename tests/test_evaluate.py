@@ -443,8 +443,10 @@ def bad_inputs(tmp_path):
         (["choice", choice_file("true.jsonl", answer=True)], "line 1: 'answer' must be a whole number"),
         (["lambada", file("oneword.jsonl", '{"text": "alone"}\n')], "line 1: the text needs a context and a last word"),
         (["surprisal", file("long.txt", "short\n" + " x" * 70 + "\n")], "line 2 has 70 tokens"),
-        (["perplexity", good, "--batch-size", "0"], "--batch-size"),
-        (["perplexity", good, "--batch-tokens", "0"], "--batch-tokens"),
+        (["perplexity", good, "--batch-size", "0"], "error: --batch-size must be at least 1, got 0"),
+        (["perplexity", good, "--batch-tokens", "0"], "error: --batch-tokens must be at least 1, got 0"),
+        (["perplexity", good, "--limit", "0"], "error: --limit must be at least 1, got 0"),
+        (["perplexity", good, "--stride", "half"], "error: --stride must be a whole number, got 'half'"),
     ]
 
 

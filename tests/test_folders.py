@@ -4,7 +4,8 @@ import os
 import pytest
 
 from plumbing.errors import UserError
-from plumbing.folders import check_new_folder, whole_file, whole_folder
+from plumbing import folders
+from plumbing.folders import check_new_folder, in_models_folder, whole_file, whole_folder
 
 
 def test_an_interrupted_write_leaves_nothing_behind(tmp_path):
@@ -66,3 +67,35 @@ def test_a_new_folder_is_checked_before_the_work(tmp_path):
         check_new_folder(str(tmp_path / "empty"), "pick another", empty_ok=False)
     with pytest.raises(UserError, match="its parent folder .* does not exist"):
         check_new_folder(str(tmp_path / "no" / "new"))
+
+
+def test_the_models_folder_is_made_for_what_goes_into_it_and_no_other(tmp_path, monkeypatch):
+    """A fresh clone has no models/: a command writing models/baby makes it (and its parents, as a download
+    does), keeps it once something is in it, and takes it away again if the work fails. Any other missing
+    parent grows nothing: check_new_folder refuses it."""
+    models = tmp_path / "deep" / "models"
+    with in_models_folder(str(models / "baby"), str(models)):
+        check_new_folder(str(models / "baby"))
+        (models / "baby").mkdir()
+    assert os.listdir(models) == ["baby"]
+    with pytest.raises(KeyboardInterrupt):
+        with in_models_folder(str(tmp_path / "other" / "models" / "baby"), str(tmp_path / "other" / "models")):
+            assert (tmp_path / "other" / "models").is_dir()
+            raise KeyboardInterrupt
+    assert sorted(os.listdir(tmp_path)) == ["deep"]  # what it made, it took away
+    with pytest.raises(UserError, match="its parent folder .*runs does not exist"):
+        with in_models_folder(str(tmp_path / "runs" / "baby"), str(models)):
+            check_new_folder(str(tmp_path / "runs" / "baby"))
+    with pytest.raises(UserError, match="its parent folder .*models does not exist"):  # models/ one level down
+        with in_models_folder(str(models / "runs" / "models" / "baby"), str(models)):
+            check_new_folder(str(models / "runs" / "models" / "baby"))
+    assert sorted(os.listdir(tmp_path)) == ["deep"] and os.listdir(models) == ["baby"]
+
+
+def test_the_projects_own_models_folder_is_made_even_with_another_models_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(folders, "PROJECT_MODELS", str(tmp_path / "project" / "models"))
+    monkeypatch.setenv(folders.MODELS_DIR_ENV, str(tmp_path / "elsewhere"))
+    with in_models_folder(str(tmp_path / "project" / "models" / "baby")):
+        assert (tmp_path / "project" / "models").is_dir()
+    with in_models_folder(str(tmp_path / "elsewhere" / "baby")):  # $GPT2_MODELS_DIR: the models folder in effect
+        assert (tmp_path / "elsewhere").is_dir()

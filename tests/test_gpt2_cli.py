@@ -267,20 +267,35 @@ def test_every_command_that_reads_a_model_names_all_four_sizes_and_the_same_flag
     (["--top-p", "2", "hi"], "--top-p must be in (0, 1]"),
     (["--top-p", "0", "hi"], "--top-p must be in (0, 1]"),
     (["--temperature", "-1", "hi"], "--temperature must be >= 0"),
-    (["--n-tokens", "-1", "hi"], "--n-tokens must be"),
-    (["--n-tokens", "abc", "hi"], "invalid int value: 'abc'"),
-    (["--top-k", "0", "hi"], "--top-k must be"),
-    (["--n-samples", "0", "hi"], "--n-samples must be"),
-    (["--threads", "0", "hi"], "argument --threads"),
+    (["--n-tokens", "-1", "hi"], "error: --n-tokens must be at least 0, got -1"),
+    (["--n-tokens", "abc", "hi"], "error: --n-tokens must be a whole number, got 'abc'"),
+    (["--top-k", "0", "hi"], "error: --top-k must be at least 1, got 0"),
+    (["--n-samples", "0", "hi"], "error: --n-samples must be at least 1, got 0"),
+    (["--threads", "0", "hi"], "error: --threads must be at least 1, got 0"),
+    (["--seed", "-1", "hi"], "error: --seed must be at least 0, got -1"),
+    (["--seed=-1", "--draft", "lookup", "hi"], "error: --seed must be at least 0, got -1"),
+    (["--top-p", "much", "hi"], "error: --top-p must be a number, got 'much'"),
+    (["--trace", "--trace-block", "-1", "hi"], "error: --trace-block must be at least 0, got -1"),
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--score"], "--score, --trace, --lens and --html need a text"),
     (["--lens"], "--score, --trace, --lens and --html need a text"),
-    (["--top", "0", "hi"], "--top must be at least 1"),
+    (["--top", "0", "hi"], "error: --top must be at least 1, got 0"),
     (["--greedy", "--temperature", "0.7", "hi"], "--greedy is --temperature 0: give one of them"),
+    (["--greedy", "--top-k", "5", "hi"], "error: --top-k is for sampling and does not go with --greedy (which samples "
+                                         "nothing)"),
+    (["--greedy", "--top-p", "0.9", "hi"], "error: --top-p is for sampling and does not go with --greedy"),
+    (["--greedy", "--min-p", "0.1", "hi"], "error: --min-p is for sampling and does not go with --greedy"),
+    (["--greedy", "--seed", "3", "hi"], "error: --seed is for sampling and does not go with --greedy"),
+    (["--temperature", "0", "--seed", "3", "hi"], "error: --seed is for sampling and does not go with --temperature 0 "
+                                                  "(greedy decoding, which samples nothing)"),
+    (["--temperature", "0", "--top-k", "5", "--draft", "lookup", "hi"], "error: --top-k is for sampling and does not "
+                                                                        "go with --temperature 0"),
     (["--lens", "--n-samples", "2", "hi"], "--n-samples is for generating text; --lens reads the text once"),
     (["--score", "--seed", "3", "hi"], "--seed is for generating text; --score reads the text once"),
     (["--top", "3", "--temperature", "0.5", "hi"], "--temperature is for generating text; --top reads"),
     (["--trace-block", "1", "hi"], "--trace-block goes with --trace"),
+    (["--html", "/no/such/folder/page.html", "hi"], "error: /no/such/folder/page.html: its folder /no/such/folder does "
+                                                    "not exist"),  # before the model loads
     (["--model", os.path.join(ROOT, "README.md"), "hi"], "README.md: is not a folder: --model takes a model folder"),
 ])
 def test_bad_arguments(args, message):
@@ -677,13 +692,15 @@ def test_min_p_cuts_each_steps_alternatives(capsys):
 @pytest.mark.parametrize("args, message", [
     (["--repetition-penalty", "0"], "--repetition-penalty must be > 0 (1 is none), got 0.0"),
     (["--repetition-penalty", "-1.5"], "--repetition-penalty must be > 0"),
-    (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size must be a whole number >= 0 (0 is none), got -1"),
+    (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size must be at least 0, got -1"),
     (["--min-p", "1.5"], "--min-p must be in [0, 1], got 1.5"),
     (["--min-p", "-0.1"], "--min-p must be in [0, 1]"),
-    (["--stop", ""], "--stop must be texts, none empty"),
-    (["--num-beams", "0"], "argument --num-beams: invalid whole number >= 1 value: '0'"),
-    (["--num-beams", "2", "--num-return-sequences", "3"], "--num-return-sequences must be a whole number from 1 to "
-                                                          "num_beams (2)"),
+    (["--stop", ""], "error: --stop is empty: give the text to stop at"),
+    (["--num-beams", "0"], "error: --num-beams must be at least 1, got 0"),
+    (["--num-return-sequences", "0"], "error: --num-return-sequences must be at least 1, got 0"),
+    (["--length-penalty", "long"], "error: --length-penalty must be a number, got 'long'"),
+    (["--num-beams", "2", "--num-return-sequences", "3"], "error: --num-return-sequences 3 is more than --num-beams 2: "
+                                                          "beam search returns at most its beams"),
     (["--num-beams", "2", "--draft", "lookup"], "--draft and --num-beams 2 (beam search, which samples nothing) do "
                                                 "not combine"),
     (["--num-beams", "2", "--n-samples", "2"], "--n-samples is for sampling; --num-beams 2"),
@@ -722,3 +739,20 @@ def test_ctrl_c_during_beam_search_exits_130(monkeypatch, capsys):
 def test_a_stop_string_ends_speculative_decoding_where_it_ends_plain_decoding(capsys):
     args = (ROMEO, "--model", TRAINED, "--greedy", "--n-tokens", "16", "--stop", " bei")
     assert run_here(capsys, *args, "--draft", "lookup") == run_here(capsys, *args)
+
+
+def test_counts_of_one_are_said_in_the_singular(capsys):
+    status, out, err = run_here(capsys, "The cat", "--model", HF_TINY, "--score")
+    assert status == 0 and "nats/token over 1 prediction, perplexity" in out, out
+
+
+@pytest.mark.parametrize("flags", [["--n-tokens", "64"], ["--n-tokens", "64", "--num-beams", "2"],
+                                   ["--n-tokens", "64", "--draft", "lookup"], ["--n-tokens", "0", "--num-beams", "2"]])
+def test_an_empty_prompt_that_cannot_be_is_its_error_alone(capsys, flags):
+    """Checked first, then said: no "no prompt" note before the error (64 is the tiny model's whole context)."""
+    try:
+        status = gpt2_cli.main(["", "--model", HF_TINY, *flags])
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: "), err

@@ -458,6 +458,8 @@ def test_a_too_long_request_fails_before_any_work(models):
     hp, params = models["tiny"]
     with pytest.raises(ValueError, match="exceed the context of 64"):
         next(g.generate(list(range(60)), params, hp, 5))
+    with pytest.raises(ValueError, match=r"the prompt's 64 tokens plus 1 new one exceed the context of 64 tokens"):
+        g.generate(list(range(64)), params, hp, 1)  # one new one, not "1 new ones"
 
 
 @pytest.mark.parametrize("kw, message", [

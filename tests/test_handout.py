@@ -141,6 +141,7 @@ def test_handout_cli_lists_and_refuses_bad_requests(tmp_path):
     listed = run_handout("--list")
     assert listed.returncode == 0 and all(f"{n:>2}. " in listed.stdout for n in handout.EXERCISES)
     for args, message in [([str(tmp_path / "a"), "99"], "no exercise 99"),
+                          ([str(tmp_path / "a"), "nine"], "error: numbers must be a whole number, got 'nine'"),
                           ([str(tmp_path), "1"], "already exists and is not an empty folder")]:
         (tmp_path / "keep").write_text("x")
         r = run_handout(*args)

@@ -1,6 +1,6 @@
 """The layout the README promises: the model needs NumPy alone; two floors beside the chapters,
 plumbing/ below them and interface/ above; imports go one way; and what the program reads at run
-time lives outside tests/."""
+time lives outside tests/; a bench makes the folder it writes into (bench/out/)."""
 import ast
 import glob
 import json
@@ -188,3 +188,39 @@ def test_the_spine_is_the_forward_pass_first():
         lines = f.read().splitlines()
     assert len(lines) <= 500
     assert next(i for i, line in enumerate(lines, 1) if line.startswith("def gpt2(")) < 260
+
+
+# --- bench/: on a fresh clone, where bench/out/ is not yet there, a bench makes the folder it writes into ----------
+
+BENCH_TINY = {"n_vocab": 50257, "n_ctx": 8, "n_embd": 8, "n_head": 2, "n_layer": 1}  # random:SIZE's, but small
+
+
+def bench_script(monkeypatch, name, tmp_path):
+    """bench/NAME.py, imported (bench/ is not a package: its scripts import each other by name), writing to tmp_path."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
+    import importlib
+
+    script = importlib.import_module(name)
+    monkeypatch.setattr(script, "HERE", str(tmp_path / "bench"))
+    return script
+
+
+def test_a_bench_writes_its_random_model_into_a_bench_out_not_yet_made(tmp_path, monkeypatch):
+    """bench_circuits.py's (and bench_speculative.py's) random:124M on a fresh clone."""
+    from plumbing import shapes
+    from plumbing.checkpoint import load_checkpoint
+
+    bench = bench_script(monkeypatch, "bench_speculative", tmp_path)
+    monkeypatch.setattr(shapes, "hparams", lambda size: dict(BENCH_TINY))
+    folder = bench.model_folder("random:124M")
+    assert folder == str(tmp_path / "bench" / "out" / "124M-random-init")
+    assert load_checkpoint(folder)[0] == BENCH_TINY
+
+
+def test_a_bench_keeps_its_trained_model_in_a_bench_out_not_yet_made(tmp_path, monkeypatch):
+    from initialise import init_params
+
+    bench = bench_script(monkeypatch, "bench_from_scratch", tmp_path)
+    hp = dict(BENCH_TINY, n_vocab=257)
+    bench.keep("scratch-257", init_params(hp), hp, [], "held out")
+    assert sorted(os.listdir(tmp_path / "bench" / "out")) == ["scratch-257", "shakespeare-heldout.txt"]

@@ -325,10 +325,10 @@ def test_a_draft_with_another_vocabulary_is_a_one_line_error(tiny, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--draft-tokens", "3", "hi"], "--draft-tokens goes with --draft"),
-    (["--draft", "lookup", "--draft-tokens", "0", "hi"], "--draft-tokens must be a whole number >= 1, got 0"),
+    (["--draft", "lookup", "--draft-tokens", "0", "hi"], "error: --draft-tokens must be at least 1, got 0"),
     (["--draft", "lookup", "--n-samples", "2", "hi"], "--n-samples must be 1 with a draft"),
     (["--draft", "lookup", "--score", "hi"], "--draft is for generating text; --score reads the text once"),
-    (["--draft", "lookup", "--draft-tokens", "x", "hi"], "argument --draft-tokens: invalid int value: 'x'"),
+    (["--draft", "lookup", "--draft-tokens", "x", "hi"], "error: --draft-tokens must be a whole number, got 'x'"),
 ])
 def test_draft_flags_that_make_no_sense_are_one_line_errors(args, message):
     code, out, err = run(*args)

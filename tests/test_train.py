@@ -308,7 +308,7 @@ def test_set_up_says_where_the_weights_and_the_state_come_from(tiny_model, corpu
     capsys.readouterr()
     made = train.set_up(str(tmp_path / "new"), recipe, [str(corpus)], new=new)
     assert made["hparams"] == {"n_vocab": 50257, "n_ctx": 16, "n_embd": 8, "n_head": 2, "n_layer": 1}
-    assert capsys.readouterr().out.startswith("a new GPT-2: 1 layers, 2 heads, 8 wide, 50,257 ids")
+    assert capsys.readouterr().out.startswith("a new GPT-2: 1 layer, 2 heads, 8 wide, 50,257 ids")
     assert not os.path.exists(tmp_path / "new")
 
 

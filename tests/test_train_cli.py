@@ -13,7 +13,10 @@ from interface import train_cli
 def test_bad_flags_are_one_line(tiny_model, corpus, tmp_path):
     for flag, message in [(("--dropout", "1"), "--dropout must be in [0, 1)"),
                           (("--val-fraction", "-0.1"), "--val-fraction must be in [0, 1)"),
-                          (("--accum", "0"), "--accum must be at least 1")]:
+                          (("--accum", "0"), "--accum must be at least 1, got 0"),
+                          (("--steps", "1.5"), "error: --steps must be a whole number, got '1.5'"),
+                          (("--lr", "fast"), "error: --lr must be a number, got 'fast'"),
+                          (("--beta2", "1"), "--beta2 must be in (0, 1), got 1.0")]:
         r = run_train(*train_args(tiny_model, corpus, tmp_path / "o", *flag))
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
         assert not os.path.exists(tmp_path / "o")
@@ -78,7 +81,7 @@ def test_the_flags_are_train_pys_tables():
     for table, prefix in tables:
         for name, (default, kind, text) in table.items():
             action = actions[prefix + name]
-            assert (action.default, action.type, action.option_strings) == (default, kind, [
+            assert (action.default, type(action.type("1")), action.option_strings) == (default, kind, [
                 f"--{(prefix + name).replace('_', '-')}"]) and action.help.endswith(text), name
     args = train_cli.parse_args(["--out", "o", "--data", "d.txt"])
     assert train.recipe_with(**{k: getattr(args, k) for k in train.RECIPE}) == train.recipe_with()
@@ -92,3 +95,16 @@ def test_help_names_no_default_of_none_and_one_for_warmup():
     assert "from scratch, if not given: data/tinyshakespeare.txt" in text
     assert "--warmup WARMUP steps of linear warm-up (default: a tenth of --steps, at most 20) --weight-decay" in text
     assert "(default: 256, or the model's n_ctx if it has fewer positions)" in text
+
+
+def test_out_in_a_models_folder_not_yet_made_makes_it(tiny_model, corpus, tmp_path):
+    """The README's --out models/baby on a fresh clone: the models folder is made (here $GPT2_MODELS_DIR's);
+    a run that fails takes it away again; another missing parent is still refused."""
+    models = tmp_path / "models"
+    env = {"GPT2_MODELS_DIR": str(models)}
+    r = run_train(*train_args(tiny_model, tmp_path / "missing.txt", models / "baby"), env=env)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and not models.exists(), r.stderr
+    r = run_train(*train_args(tiny_model, corpus, tmp_path / "runs" / "baby", "--steps", "2"), env=env)
+    assert r.returncode == 2 and "runs does not exist" in r.stderr and not (tmp_path / "runs").exists(), r.stderr
+    r = run_train(*train_args(tiny_model, corpus, models / "baby", "--steps", "2"), env=env)
+    assert r.returncode == 0 and os.listdir(models) == ["baby"], r.stderr
