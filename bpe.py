@@ -51,7 +51,7 @@ from itertools import chain
 
 import regex
 
-from plumbing import corpus
+from plumbing import corpus, gguf
 from plumbing.errors import UserError, plural
 from plumbing.folders import check_new_folder, whole_folder
 from plumbing.progress import EVERY, progress
@@ -295,7 +295,11 @@ def parse_vocab(encoder_json, vocab_bpe):
 
 def get_encoder(folder):
     """The Encoder for a model folder: OpenAI's encoder.json and vocab.bpe, or Hugging Face's
-    vocab.json and merges.txt (the same two tables under other names)."""
+    vocab.json and merges.txt (the same two tables under other names); or for a GGUF file, whose
+    tokenizer.ggml.tokens and merges are the same two tables again."""
+    if gguf.is_gguf(folder):
+        tokens, merges = gguf.read_vocabulary(folder)
+        return Encoder({token: i for i, token in enumerate(tokens)}, merges)
     names = ("encoder.json", "vocab.bpe")
     hf_names = tuple(TOKENIZER_FILES[name] for name in names)
     if not os.path.exists(os.path.join(folder, names[0])) and os.path.exists(os.path.join(folder, hf_names[0])):

@@ -1,7 +1,8 @@
 """One model, two kinds of folder: OpenAI's and Hugging Face's, both ways.
 
     python convert.py MODEL OUT --to hf       # MODEL: 124M ... 1558M, a folder (OpenAI's, one train.py
-    python convert.py MODEL OUT --to openai   #        wrote, a LoRA run's merged model) or hf:owner/name
+    python convert.py MODEL OUT --to openai   #        wrote, a LoRA run's merged model), hf:owner/name
+    python convert.py MODEL OUT.gguf --to gguf [--gguf-type f32|f16|q8_0]   # or a GGUF file: llama.cpp's
 
 A GPT-2 is the same tensors wherever it is kept. A format is only a choice of names, of
 layouts, and of the file that holds them. Side by side, for 124M (block 3 stands for all 12):
@@ -41,32 +42,53 @@ OUT is written whole or not at all, and must not exist. The files themselves are
 plumbing/checkpoint.py (TensorFlow's format) and plumbing/hf_model.py (with
 plumbing/safetensors_writer.py); docs/fine_tuning.md shows the folder loading in transformers.
 The command line, which fetches MODEL first, is interface/convert_cli.py.
+
+GGUF (llama.cpp's, Ollama's) is a third format: one file, its tensors under llama.cpp's names
+(token_embd, blk.3.attn_qkv, ...), c_attn, c_proj and c_fc transposed, and the tokenizer's two tables
+in its metadata; --gguf-type q8_0 keeps the weights in 8 bits. plumbing/gguf_writer.py writes it as
+llama.cpp's converter writes it (docs/files.md draws it), plumbing/gguf.py reads it.
 """
 if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
     from interface.start import start
 
     start("convert_cli")  # the command line (which model, OUT, messages): this file is the formats
 
+import os
+
 import bpe
-from plumbing import classifier_files, hf_model
+from plumbing import classifier_files, gguf, hf_model
 from plumbing.checkpoint import write_checkpoint
 from plumbing.folders import check_new_folder
+from plumbing.gguf_writer import merges_from_text, write_gguf
 from plumbing.weights import check_tokenizer_fits, load_weights
 
-FORMATS = {"hf": "Hugging Face's", "openai": "OpenAI's"}
+FORMATS = {"hf": "Hugging Face's", "openai": "OpenAI's", "gguf": "llama.cpp's GGUF"}
+GGUF_TYPES = ("f32", "f16", "q8_0")
 
 
-def convert(folder, out, to):
-    """Read the model in `folder` (OpenAI's files or Hugging Face's) and write it to the new folder
-    `out` in the format `to` ("hf" or "openai"): the same tensors and vocabulary, under the other
-    format's names. -> out"""
-    check_new_folder(out, advice="choose a new folder for OUT", empty_ok=False)
+def convert(folder, out, to, gguf_type="f32"):
+    """Read the model in `folder` (OpenAI's files or Hugging Face's, or a GGUF file) and write it to
+    the new folder `out` in the format `to` ("hf" or "openai"), or to the new file `out` ("gguf", of
+    gguf_type f32, f16 or q8_0): the same tensors and vocabulary, under the other format's names. -> out"""
+    check_new_folder(out, advice=f"choose a new {'file' if to == 'gguf' else 'folder'} for OUT", empty_ok=False)
     hparams, params = load_weights(folder)
     head = classifier_files.read_head(folder, hparams["n_embd"])
     encoder = bpe.get_encoder(folder)
     check_tokenizer_fits(encoder.n_vocab, hparams, folder)
+    if to == "gguf":
+        tokens = sorted(encoder.encoder, key=encoder.encoder.get)  # by id
+        return write_gguf(out, params, hparams, tokens, vocabulary_merges(folder), encoder.eot, gguf_type)
     if to == "hf":
         return hf_model.write_hf_folder(out, params, hparams, folder, encoder.eot, head)
     extra = classifier_files.head_files(head["score"], head["labels"], head["pad_id"]) if head else None
     return write_checkpoint(out, params, hparams, vocab_dir=folder, extra=extra)
 
+
+def vocabulary_merges(folder):
+    """The merges as "left right" lines: a GGUF's tokenizer.ggml.merges, or vocab.bpe (merges.txt)
+    as llama.cpp's converter reads merges.txt."""
+    if gguf.is_gguf(folder):
+        return [" ".join(pair) for pair in gguf.read_vocabulary(folder)[1]]
+    name = next(n for n in ("vocab.bpe", "merges.txt") if os.path.exists(os.path.join(folder, n)))
+    with open(os.path.join(folder, name), encoding="utf-8") as f:
+        return merges_from_text(f.read())

@@ -157,6 +157,10 @@ EXERCISES = {
          [("classify.py", "pooled_positions",
            "test_the_pooled_position_is_the_last_that_is_not_a_pad_as_transformers_finds_it")],
          ["test_logits_and_loss_equal_gpt2_for_sequence_classification"], "classify"),
+    35: ("a Q8_0 block",
+         [("plumbing/gguf.py", "quantize_block", "test_a_q8_0_block_is_its_definition"),
+          ("plumbing/gguf.py", "dequantize_block", "test_a_q8_0_block_is_its_definition")],
+         ["test_q8_0_blocks_are_gguf_pys_on_awkward_rows"], "q8_0"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -173,7 +177,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "circuits": "python circuits.py logit-diff (and every experiment but heads)",
          "patch": "python circuits.py patch", "dla": "python circuits.py dla",
          "attribution": "python circuits.py attribution",
-         "classify": "python evaluate.py classify FILE --model CLS"}
+         "classify": "python evaluate.py classify FILE --model CLS",
+         "q8_0": "python convert.py MODEL OUT.gguf --to gguf --gguf-type q8_0, then --model OUT.gguf"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -190,12 +195,15 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
          "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33),
          "circuits": (1, 2, 3, 9, 10, 11, 12, 27), "patch": (1, 2, 3, 9, 10, 11, 12, 27, 28),
          "dla": (1, 2, 3, 9, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 9, 10, 11, 12, 16, 17, 27, 30),
-         "classify": (1, 2, 3, 5, 9, 10, 11, 12, 34)}
+         "classify": (1, 2, 3, 5, 9, 10, 11, 12, 34),
+         "q8_0": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 35)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The
 # program then runs what the student wrote: slower, but exactly that.
 TWINS = {
+    ("plumbing/gguf.py", "quantize_q8_0_fast"): (("quantize_block",), "return quantize_q8_0(x)"),
+    ("plumbing/gguf.py", "dequantize_q8_0_fast"): (("dequantize_block",), "return dequantize_q8_0(raw, n)"),
     ("gpt2_numpy.py", "gelu_fast"): (("gelu",), "return gelu(x)"),
     ("bpe.py", "merge_fast"): (("merge_once", "merge"), "return self.merge(ids)"),
     ("bpe.py", "train_merges_fast"): (("pair_counts", "merge_pair", "learn_merge"),

@@ -1,4 +1,5 @@
-"""Loading a model by its name: a released size, a folder on disk, or hf:owner/name from the Hub.
+"""Loading a model by its name: a released size, a folder on disk, hf:owner/name from the Hub, or a
+GGUF file (FILE.gguf, memory-mapped, its weights dequantized to float32: plumbing/gguf.py).
 
     import gpt2_numpy as g
     from interface.loading import load_model
@@ -11,22 +12,32 @@ files is here and below: download.py (OpenAI's files over HTTP), plumbing/hub.py
 Face Hub), plumbing/weights.py (the weights, in TensorFlow's format or Hugging Face's), bpe.py
 (the tokenizer's files).
 """
+import os
+
 import bpe
 import download
-from plumbing import classifier_files, hub
+from plumbing import classifier_files, gguf, hub
 from plumbing.errors import UserError
 from plumbing.weights import check_tokenizer_fits, load_weights
 
 
 def model_folder(model, models_dir=None):
-    """Where `model` lives (or will): a size or hf:owner/name under models_dir, or a folder's own path."""
+    """Where `model` lives (or will): a size or hf:owner/name under models_dir, or a folder's own path
+    (a GGUF file's own path: it is a model in one file)."""
+    if gguf.is_gguf(model):
+        return model
     if model.startswith("hf:"):
         return hub.hub_folder(model[3:], models_dir)
     return download.model_folder(model, models_dir)
 
 
 def fetch_model(model, models_dir=None, base_url=None, quiet=False, tries=5, backoff=0.5):
-    """Make sure every file of `model` is on disk and good (downloading what is missing) -> its folder."""
+    """Make sure every file of `model` is on disk and good (downloading what is missing) -> its folder
+    (a GGUF file: the file, checked as it is read)."""
+    if gguf.is_gguf(model):
+        if not os.path.isfile(model):
+            raise UserError("no such GGUF file" if not os.path.exists(model) else "is not a file", path=model)
+        return model
     if model.startswith("hf:"):
         return hub.download_hub_model(model[3:], models_dir, quiet=quiet, tries=tries, backoff=backoff)
     return download.download_model(model, models_dir, base_url, quiet=quiet, tries=tries, backoff=backoff)
@@ -34,7 +45,7 @@ def fetch_model(model, models_dir=None, base_url=None, quiet=False, tries=5, bac
 
 def load_model(model="124M", models_dir=None, base_url=None, quiet=False):
     """-> (encoder, hparams, params) for a size (downloaded on first use), a checkpoint folder,
-    a Hugging Face folder, or hf:owner/name from the Hub."""
+    a Hugging Face folder, hf:owner/name from the Hub, or a GGUF file (FILE.gguf: llama.cpp's)."""
     folder = fetch_model(model, models_dir, base_url, quiet=quiet)
     hparams, params = load_weights(folder)
     encoder = bpe.get_encoder(folder)

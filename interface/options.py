@@ -17,7 +17,8 @@ from plumbing.errors import fail
 from plumbing.folders import MODELS_DIR_ENV
 
 SIZES = ", ".join(shapes.SIZES)  # 124M, 355M, 774M, 1558M
-MODEL_HELP = f"{SIZES}, a model folder (OpenAI's or Hugging Face's), or hf:owner/name[@revision] from the Hub"
+MODEL_HELP = (f"{SIZES}, a model folder (OpenAI's or Hugging Face's), hf:owner/name[@revision] from the Hub, "
+              "or a GGUF file (FILE.gguf, llama.cpp's)")
 
 # The Python API's argument names, as the command lines spell them.
 FLAGS = {"n_tokens": "--n-tokens", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",

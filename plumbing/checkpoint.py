@@ -24,7 +24,7 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from plumbing import shapes
+from plumbing import gguf, shapes
 from plumbing.crc32c import masked_crc32c
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
@@ -477,6 +477,9 @@ def write_checkpoint(folder, params, hparams, vocab_dir=None, extra=None):
     files = {"checkpoint": b'model_checkpoint_path: "model.ckpt"\nall_model_checkpoint_paths: "model.ckpt"\n',
              "hparams.json": json.dumps({k: hparams[k] for k in shapes.HPARAM_KEYS}, indent=2).encode(),
              **(extra or {})}
+    if vocab_dir and gguf.is_gguf(vocab_dir):  # a model read from a GGUF keeps its tokenizer in the file
+        files.update(gguf.vocabulary_files(vocab_dir))
+        vocab_dir = None
     with whole_folder(folder, "the checkpoint", CheckpointError) as tmp:
         with open(os.path.join(tmp, "model.ckpt" + DATA_SUFFIX), "wb") as f:
             index = write_data(f, tensors)

@@ -22,7 +22,7 @@ import shutil
 
 import numpy as np
 
-from plumbing import classifier_files, shapes
+from plumbing import classifier_files, gguf, shapes
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
 from plumbing.shapes import LAYER_NORM_EPS, TOKENIZER_FILES
@@ -192,7 +192,11 @@ def write_hf_folder(folder, params, hparams, vocab_dir, eot, head=None):
             write_safetensors(os.path.join(tmp, "model.safetensors"), tensors, metadata={"format": "pt"})
         except SafetensorsError as e:  # it names the hidden folder, which is gone: name the one asked for
             raise HubFolderError(e.message, path=folder) from None
+        vocab = gguf.vocabulary_files(vocab_dir) if gguf.is_gguf(vocab_dir) else {}  # a GGUF's tokenizer
         for name, hf in TOKENIZER_FILES.items():
+            if vocab:
+                files[hf] = merges_txt(vocab[name]) if hf == "merges.txt" else vocab[name]
+                continue
             source = os.path.join(vocab_dir, name if os.path.exists(os.path.join(vocab_dir, name)) else hf)
             if hf == "merges.txt":
                 with open(source, "rb") as f:

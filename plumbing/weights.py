@@ -1,5 +1,6 @@
 """A model folder's weights, whichever format holds them: OpenAI's TensorFlow checkpoint
-(hparams.json, model.ckpt.*) or Hugging Face's safetensors (config.json, model.safetensors).
+(hparams.json, model.ckpt.*) or Hugging Face's safetensors (config.json, model.safetensors);
+or a GGUF file, llama.cpp's, which is a model in one file (plumbing/gguf.py).
 
 A folder that is not a model is said to be what it is: a LoRA adapter alone (PEFT's two
 files) is a change to a model, and its base model or the run's merged model is what to give.
@@ -7,7 +8,7 @@ files) is a change to a model, and its base model or the run's merged model is w
 import os
 import sys
 
-from plumbing import hf_model
+from plumbing import gguf, hf_model
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError
 from plumbing.peft_adapter import ADAPTER_FILE, CONFIG_FILE
@@ -16,7 +17,10 @@ HPARAMS_FILES = ("hparams.json", "config.json")  # where a model keeps its shape
 
 
 def load_weights(folder):
-    """-> (hparams, params) from OpenAI's TensorFlow checkpoint or a Hugging Face safetensors folder."""
+    """-> (hparams, params) from OpenAI's TensorFlow checkpoint, a Hugging Face safetensors folder
+    or a GGUF file (dequantized to float32)."""
+    if gguf.is_gguf(folder):
+        return gguf.load_gguf(folder)
     check_not_only_an_adapter(folder)
     if hf_model.is_hf_folder(folder):
         hparams, params, converted = hf_model.load_hf_folder(folder)

@@ -285,7 +285,7 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, capsys, kind, to
 @pytest.mark.parametrize("args, message", [
     (["nonsense", "out", "--to", "hf"], "unknown model 'nonsense'"),
     (["124M", "out"], "the following arguments are required: --to"),
-    (["124M", "out", "--to", "gguf"], "invalid choice: 'gguf'"),
+    (["124M", "out", "--to", "onnx"], "invalid choice: 'onnx'"),
 ])
 def test_bad_arguments_are_one_line(tmp_path, args, message):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "convert.py"), *args], capture_output=True, text=True,

@@ -274,6 +274,15 @@ print(round(look_inside.loss(ids, params, hp), 5), round(look_inside.loss(ids, p
 IOI = ["--clean", "When Mary and John went to the apothecary, John gave a drink to",
        "--corrupted", "When Mary and John went to the apothecary, Mary gave a drink to", "--answer", " Mary",
        "--wrong", " John"]
+Q8_0 = """import os, convert
+from interface import loading
+import gpt2_numpy as g
+os.makedirs("trained")
+convert.convert("model", os.path.join("trained", "model.gguf"), "gguf", "q8_0")
+encoder, hp, params = loading.load_model(os.path.join("trained", "model.gguf"))
+ids = encoder.encode("Alan Turing theorized that")
+print([int(t[0]) for t in g.generate(ids, params, hp, n_tokens=6, top_k=1)], float(params["blocks"][0]["mlp"]["c_proj"]["w"].sum()))
+"""
 PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the project
     "generate": ["gpt2_numpy.py", "--model", "model", "--seed", "1", "--top-k", "20", "--top-p", "0.9", "--n-tokens",
                  "8", "--quiet", PROMPT],
@@ -305,6 +314,7 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "dla": ["circuits.py", "dla", *IOI[:2], *IOI[4:], "--model", "model"],
     "attribution": ["circuits.py", "attribution", *IOI, "--site", "head", "--model", "model"],
     "classify": ["evaluate.py", "classify", "labelled.jsonl", "--model", "classifier", "--json", "--quiet"],
+    "q8_0": ["-c", Q8_0],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -342,8 +352,10 @@ WRONG = {
                         "return float((logits[rows, :, answer] - logits[rows, :, wrong]).mean())",
     # every position's difference, not the last one's
     "patch_hook": "def hook(act, name):\n    return clean.copy()\n\nreturn hook",  # the whole activation, not the cell
-    "dla_component": "return ((component / scale) * direction).sum(-1)",
-    "pooled_positions": "return np.full(len(ids), ids.shape[1] - 1)",  # the last position, a pad or not (rasbt #990)  # not centred: ln_f subtracts the mean first
+    "dla_component": "return ((component / scale) * direction).sum(-1)",  # not centred: ln_f subtracts the mean first
+    "pooled_positions": "return np.full(len(ids), ids.shape[1] - 1)",  # the last position, a pad or not (rasbt #990)
+    "quantize_block": "d = np.max(np.abs(x)) / np.float32(127)\ninverse = np.float32(1) / d if d else np.float32(0)\n"
+                      "return np.float16(d), (x * inverse).astype(np.int8)",  # truncated toward zero, not rounded
     "activation_grads": "ids = checked_ids(ids, params)\n"
                         "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"
                         "model_backward(ids, kept, top, params, hparams, dlogits @ params['wte'], p_drop=0.1, "
