@@ -191,6 +191,9 @@ def train(args):
         raise UserError("gives no activations to train on", path=args.data or args.activations)
     factor = S.scaling_factor(np.asarray(x)) if args.normalize == "expected_average_only_in" else None
     state, log = S.new_adam_state(sae), []
+    if not args.quiet:
+        print(f"training {sae['cfg']['d_sae']:,} latents at {site} on {len(x):,} activations: {steps:,} steps of "
+              f"{args.batch_tokens:,}", file=sys.stderr, flush=True)
     try:
         with meter(args, steps, "step") as bar:
             for step in range(steps):
