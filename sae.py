@@ -27,7 +27,7 @@ import sys
 
 import numpy as np
 
-from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax, token_logprobs
+from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax
 from look_inside import activation_shapes, check_names, model_hook, run_with_hooks
 from optimizer import adamw_update, clip_scale
 from plumbing.errors import UserError
@@ -318,10 +318,10 @@ def centring_hooks(n_layer):
 # 7. SAELens's evals
 # ============================================================================
 
-def kl_divergence(clean_logits, logits):
-    """KL(clean ‖ other) at each position: Σ_v p_clean (log p_clean - log p_other).   [..., V] -> [...]"""
-    clean = log_softmax(clean_logits)
-    return (np.exp(clean) * (clean - log_softmax(logits))).sum(-1)
+def kl_divergence(clean, other):
+    """KL(clean ‖ other) at each position, from log-probabilities: Σ_v p_clean (log p_clean - log p_other).
+    [..., V] -> [...]"""
+    return (np.exp(clean) * (clean - other)).sum(-1)
 
 
 def evaluate_batch(rows, params, hparams, sae, special, hooks=None):
@@ -332,16 +332,17 @@ def evaluate_batch(rows, params, hparams, sae, special, hooks=None):
     x = gather(rows, params, hparams, site, hooks)[mask]  # [n, d]
     f = encode(x, sae)
     x_hat = decode(f, sae)
-    clean = run_with_hooks(rows, params, hparams, hooks)
-    with_sae = run_with_hooks(rows, params, hparams, hooks, sae=splice(sae, mask=mask))
-    ablated = run_with_hooks(rows, params, hparams, {**hooks, site: lambda a, name: np.zeros_like(a)})
+    runs = {"without_sae": run_with_hooks(rows, params, hparams, hooks),  # log-probabilities, once a run
+            "with_sae": run_with_hooks(rows, params, hparams, hooks, sae=splice(sae, mask=mask)),
+            "with_ablation": run_with_hooks(rows, params, hparams, {**hooks, site: lambda a, name: np.zeros_like(a)})}
+    runs = {k: log_softmax(v) for k, v in runs.items()}
     predicts = mask[:, :-1]  # CE: the positions that predict a next token, from a kept token
-    per_token = {"l0": (f != 0).sum(-1).astype(np.float64),
-                 "kl_div_with_sae": kl_divergence(clean, with_sae)[mask],
-                 "kl_div_with_ablation": kl_divergence(clean, ablated)[mask]}
-    for key, logits in (("ce_loss_with_sae", with_sae), ("ce_loss_without_sae", clean),
-                        ("ce_loss_with_ablation", ablated)):
-        per_token[key] = -token_logprobs(logits[:, :-1], rows[:, 1:])[predicts]
+    per_token = {"l0": (f != 0).sum(-1).astype(np.float64)}
+    for k, logprobs in runs.items():
+        next_logprob = np.take_along_axis(logprobs[:, :-1], rows[:, 1:, None], -1)[..., 0]  # [B, T-1]
+        per_token[f"ce_loss_{k}"] = -next_logprob[predicts]
+        if k != "without_sae":
+            per_token[f"kl_div_{k}"] = kl_divergence(runs["without_sae"], logprobs)[mask]
     x64 = x.astype(np.float64)
     sums = {"n": len(x), "x": x64.sum(0), "x2": float((x64 ** 2).sum()), "err2": float(((x64 - x_hat) ** 2).sum())}
     return per_token, sums
