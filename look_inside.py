@@ -98,11 +98,12 @@ def name_filter(names, known):
     return set(names).__contains__
 
 
-def run_with_cache(ids, params, hparams, names=None, memory=None, sae=None):
+def run_with_cache(ids, params, hparams, names=None, memory=None, sae=None, hooks=None):
     """One forward pass that keeps activations: -> (logits [B, T, V], cache {name: array}).
     names: which to keep (a list of TransformerLens names, or a predicate; default all).
     sae: an SAE spliced in at its hook point, as sae.splice makes it: (the hook's name, fn(x) -> (what goes
     on, {SAELens's names: arrays})); its latents are kept too (blocks.0.hook_resid_pre.hook_sae_acts_post, ...).
+    hooks: run_with_hooks', applied first (what is kept is what they return).
     Everything for B sequences of T tokens takes 4·B·T·(L·(19·C + 2·H·T) + 3·C) bytes: a request
     that would not fit in `memory`
     (default: what the OS has available) is refused before any work."""
@@ -115,9 +116,10 @@ def run_with_cache(ids, params, hparams, names=None, memory=None, sae=None):
     check_fits(need, available_memory() if memory is None else memory,
                f"caching these activations for {ids.shape[0]} x {ids.shape[1]} tokens",
                "keep fewer (names=...) or use fewer tokens")
-    cache = {}
+    cache, changing = {}, model_hook(hooks or {})
 
     def record(name, x):
+        x = changing(name, x)
         tl = transformer_lens_name(name)
         if wanted(tl):
             cache[tl] = shown(name, x)
@@ -168,14 +170,14 @@ def run_with_hooks(ids, params, hparams, hooks, sae=None):
     return gpt2(ids, params, hparams, hook=model_hook(hooks))
 
 
-def trace(ids, params, hparams, blocks=None):
+def trace(ids, params, hparams, blocks=None, sae=None, hooks=None):
     """One forward pass, every stage in order: [(name, array)], from the token ids to the
-    logits. It is run_with_cache's cache. blocks: the blocks whose stages to keep (default all)."""
+    logits. It is run_with_cache's cache (sae, hooks: its). blocks: the blocks whose stages to keep (default all)."""
     def wanted(name):  # blocks.3.attn.hook_z is in block 3; hook_embed is in none
         return blocks is None or not name.startswith("blocks.") or int(name.split(".")[1]) in blocks
 
     ids = np.atleast_2d(np.asarray(ids))
-    logits, cache = run_with_cache(ids, params, hparams, names=wanted)
+    logits, cache = run_with_cache(ids, params, hparams, names=wanted, sae=sae, hooks=hooks)
     return [("token ids", ids)] + list(cache.items()) + [("logits", logits)]
 
 

@@ -13,7 +13,7 @@ Face Hub), plumbing/weights.py (the weights, in TensorFlow's format or Hugging F
 """
 import bpe
 import download
-from plumbing import hub
+from plumbing import hub, sae_files
 from plumbing.weights import check_tokenizer_fits, load_weights
 
 
@@ -39,3 +39,10 @@ def load_model(model="124M", models_dir=None, base_url=None, quiet=False):
     encoder = bpe.get_encoder(folder)
     check_tokenizer_fits(encoder.n_vocab, hparams, folder)
     return encoder, hparams, params
+
+
+def load_sae(name, models_dir=None, quiet=False):
+    """An SAE by name: a folder as SAELens saves it, or hf:owner/name/PATH from the Hub (fetched once)."""
+    if name.startswith("hf:"):
+        name = hub.download_hub_sae(name[3:], models_dir, quiet=quiet)
+    return sae_files.load_sae(name)

@@ -22,8 +22,8 @@ import numpy as np
 
 import sae as S
 from interface import loading
-from interface.options import at_least, model_flags, user_message
-from plumbing import hub, sae_files
+from interface.options import CENTRED_HELP, at_least, model_flags, user_message
+from plumbing import sae_files
 from plumbing.errors import UserError, ctrl_c_waits, exit_status, fail, read_text
 from plumbing.folders import check_new_folder, write_page
 from plumbing.progress import progress
@@ -47,9 +47,7 @@ def common(p, data=True):
                                                                     "(default 128)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress")
-    p.add_argument("--center-writing-weights", action="store_true",
-                   help="run the model as TransformerLens's center_writing_weights leaves it (the published GPT-2 "
-                        "small SAEs need it: docs/sae.md)")
+    p.add_argument("--center-writing-weights", action="store_true", help=CENTRED_HELP)
     if data:
         p.add_argument("--data", required=True, metavar="FILE", help="a UTF-8 text")
 
@@ -127,12 +125,6 @@ def main(argv=None):
 # What every command reads
 # ----------------------------------------------------------------------------
 
-def load_sae(name, models_dir=None, quiet=False):
-    if name.startswith("hf:"):
-        name = hub.download_hub_sae(name[3:], models_dir, quiet=quiet)
-    return sae_files.load_sae(name)
-
-
 def model(args):
     """-> (encoder, hparams, params, the hooks that run it as --center-writing-weights asks)"""
     encoder, hparams, params = loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
@@ -175,7 +167,7 @@ def training_data(args, encoder, params, hparams, hooks, site, d_in, needed):
 def train(args):
     encoder, hparams, params, hooks = model(args)
     if args.init:
-        sae = load_sae(args.init, args.models_dir, args.quiet)
+        sae = loading.load_sae(args.init, args.models_dir, args.quiet)
         site = S.check_fits(sae, hparams)
         if args.site and args.site != site:
             raise UserError(f"--init's SAE reads {site}, not --site {args.site}")
@@ -227,7 +219,7 @@ def save(out, sae, factor, log):
 
 def evaluate(args):
     encoder, hparams, params, hooks = model(args)
-    sae = load_sae(args.sae, args.models_dir, args.quiet)
+    sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
     S.check_fits(sae, hparams)
     rows = text_windows(encoder, args.data, args.context, params)
     with meter(args, len(rows), "window") as bar:
@@ -245,7 +237,7 @@ EVAL_ORDER = ("l0", "explained_variance", "ce_loss_with_sae", "ce_loss_without_s
 
 def encode(args):
     encoder, hparams, params, hooks = model(args)
-    sae = load_sae(args.sae, args.models_dir, args.quiet)
+    sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
     site = S.check_fits(sae, hparams)
     ids = np.array([encoder.eot] + encoder.encode(args.text))[None, :params["wpe"].shape[0]]
     x = S.gather(ids, params, hparams, site, hooks)[0]
@@ -267,7 +259,7 @@ def encode(args):
 
 def features(args):
     encoder, hparams, params, hooks = model(args)
-    sae = load_sae(args.sae, args.models_dir, args.quiet)
+    sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
     site = S.check_fits(sae, hparams)
     d_sae = sae["cfg"]["d_sae"]
     if args.feature is not None and not 0 <= args.feature < d_sae:

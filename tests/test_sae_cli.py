@@ -143,3 +143,34 @@ def test_sigterm_in_training_saves_the_steps_done_whole(data, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["big.npy", "out"]  # nothing half-written beside it
     assert sorted(os.listdir(out)) == ["cfg.json", "sae_weights.safetensors", "train_log.jsonl"]
     sae_files.load_sae(str(out))
+
+
+def gpt2_numpy(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), *args, "--model", MODEL], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_readings_take_an_sae_spliced_in():
+    import sae as S
+    from gpt2_numpy import token_logprobs
+    from interface.loading import load_model
+
+    encoder, hparams, params = load_model(MODEL)
+    text = "First Citizen: we are accounted poor"
+    ids = encoder.encode(text)
+    scores = {}
+    for flags in ([], ["--sae", SAE_DIR], ["--sae", SAE_DIR, "--use-error-term"], ["--center-writing-weights"]):
+        r = gpt2_numpy(text, "--score", "--json", *flags)
+        assert r.returncode == 0, r.stderr
+        scores[" ".join(flags)] = json.loads(r.stdout)
+    logits = S.run_with_sae([ids[:-1]], params, hparams, sae_files.load_sae(SAE_DIR))[0]
+    np.testing.assert_allclose(scores[f"--sae {SAE_DIR}"]["logprobs"][1:], token_logprobs(logits, ids[1:]), atol=1e-5)
+    for same in (f"--sae {SAE_DIR} --use-error-term", "--center-writing-weights"):  # neither changes the output
+        assert scores[same]["loss"] == pytest.approx(scores[""]["loss"], abs=1e-5)
+    assert abs(scores[f"--sae {SAE_DIR}"]["loss"] - scores[""]["loss"]) > 1e-3
+    r = gpt2_numpy(text, "--trace", "--json", "--sae", SAE_DIR)
+    names = [s["name"] for s in json.loads(r.stdout)["stages"]]
+    assert names.index(f"{HOOK}.hook_sae_acts_post") == names.index(HOOK) + 3
+    for flags, words in ((["--sae", SAE_DIR], "go with a reading"), (["--use-error-term", "--score"], "goes with --sae")):
+        r = gpt2_numpy(text, *flags)
+        assert r.returncode == 2 and words in r.stderr, r.stderr
