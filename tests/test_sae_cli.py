@@ -12,6 +12,7 @@ import pytest
 from conftest import DATA, ROOT
 
 from plumbing import sae_files
+from plumbing.errors import UserError
 
 GOLDEN = np.load(os.path.join(DATA, "sae_golden.npz"))
 MODEL = os.path.join(DATA, "hf", "tiny")
@@ -174,3 +175,25 @@ def test_the_readings_take_an_sae_spliced_in():
     for flags, words in ((["--sae", SAE_DIR], "go with a reading"), (["--use-error-term", "--score"], "goes with --sae")):
         r = gpt2_numpy(text, *flags)
         assert r.returncode == 2 and words in r.stderr, r.stderr
+
+
+def test_an_sae_from_the_hub_is_fetched_by_its_path_in_the_repository(tmp_path):
+    from conftest import Mirror
+    from plumbing import hub
+    from plumbing.fetching import NotFound
+
+    served = tmp_path / "mirror" / "jbloom" / "GPT2-Small-SAEs" / "resolve" / "main" / "blocks.1" / "sae"
+    shutil.copytree(SAE_DIR, served)
+    m = Mirror(str(tmp_path / "mirror"))
+    try:
+        folder = hub.download_hub_sae("jbloom/GPT2-Small-SAEs/blocks.1/sae", str(tmp_path / "models"), quiet=True,
+                                      endpoint=m.url)
+        assert sae_files.load_sae(folder)["cfg"]["d_sae"] == 32
+        with pytest.raises(NotFound, match="no SAE at hf:jbloom/GPT2-Small-SAEs/nothing"):
+            hub.download_hub_sae("jbloom/GPT2-Small-SAEs/nothing", str(tmp_path / "models"), quiet=True,
+                                 endpoint=m.url)
+        assert not os.path.exists(tmp_path / "models" / "hf" / "jbloom" / "GPT2-Small-SAEs" / "nothing")
+    finally:
+        m.close()
+    with pytest.raises(UserError, match="hf:owner/name/PATH"):
+        hub.download_hub_sae("jbloom/GPT2-Small-SAEs", str(tmp_path / "models"))
