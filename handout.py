@@ -147,6 +147,18 @@ EXERCISES = {
     33: ("one step of beam search",
          [("beam_search.py", "beam_step", "test_beam_step_takes_the_best_continuations_of_all_the_beams")],
          ["test_beam_search_gives_generates_sequences_and_scores"], "beams"),
+    34: ("an SAE's encode and decode",
+         [("sae.py", "encode_pre", "test_encode_without_b_dec_on_the_input"),
+          ("sae.py", "encode", "test_encode_decode_and_both_losses_equal_saelens"),
+          ("sae.py", "decode", "test_encode_decode_and_both_losses_equal_saelens")],
+         ["test_run_with_saes_logits_with_and_without_the_error_term"], "sae"),
+    35: ("an SAE's loss",
+         [("sae.py", "mse_loss", "test_encode_decode_and_both_losses_equal_saelens"),
+          ("sae.py", "l1_loss", "test_encode_decode_and_both_losses_equal_saelens")],
+         ["test_a_few_training_steps_equal_saelens_trainer"], "sae"),
+    36: ("an SAE's backward",
+         [("sae.py", "sae_backward", "test_the_backward_matches_finite_differences")],
+         ["test_every_gradient_equals_saelens", "test_a_few_training_steps_equal_saelens_trainer"], "sae"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -162,7 +174,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "beams": 'python gpt2_numpy.py --num-beams 3 "prompt"',
          "circuits": "python circuits.py logit-diff (and every experiment but heads)",
          "patch": "python circuits.py patch", "dla": "python circuits.py dla",
-         "attribution": "python circuits.py attribution"}
+         "attribution": "python circuits.py attribution",
+         "sae": "sae.train_step and sae.encode on gathered activations (as python sae.py train runs them)"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -177,7 +190,8 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
          "repetition": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 31), "ngrams": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 32),
          "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33),
          "circuits": (1, 2, 3, 10, 11, 12, 27), "patch": (1, 2, 3, 10, 11, 12, 27, 28),
-         "dla": (1, 2, 3, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 10, 11, 12, 16, 17, 27, 30)}
+         "dla": (1, 2, 3, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 10, 11, 12, 16, 17, 27, 30),
+         "sae": (1, 2, 3, 10, 11, 12, 19, 34, 35, 36)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The

@@ -104,17 +104,18 @@ def sae_backward(x, sae, l1):
     -> (losses {"loss", "mse_loss", "l1_loss", "l0"}, grads {name: array}, f [N, d_sae])"""
     N = x.shape[0]
     applied = sae["cfg"].get("apply_b_dec_to_input", True)
-    x_in = x - sae["b_dec"] if applied else x
-    f = np.maximum(x_in @ sae["W_enc"] + sae["b_enc"], 0.0)  # [N, d_sae]
-    err = f @ sae["W_dec"] + sae["b_dec"] - x  # x̂ - x   [N, d_in]
-    norms = decoder_norms(sae["W_dec"])  # [d_sae]
-    losses = {"mse_loss": float((err * err).sum(-1).mean()), "l1_loss": float(l1 * (f @ norms).mean())}
+    f = np.maximum(encode_pre(x, sae), 0.0)  # [N, d_sae]
+    x_hat = decode(f, sae)  # [N, d_in]
+    losses = {"mse_loss": mse_loss(x_hat, x), "l1_loss": l1_loss(f, sae["W_dec"], l1)}
     losses["loss"] = losses["mse_loss"] + losses["l1_loss"]
     losses["l0"] = float(np.count_nonzero(f) / N)
+    err = x_hat - x
+    norms = decoder_norms(sae["W_dec"])  # [d_sae]
     d_x_hat = err * (2.0 / N)  # [N, d_in]
     dh = d_x_hat @ sae["W_dec"].T  # df, then dh in place   [N, d_sae]
     dh += (l1 / N) * norms
     dh *= f > 0  # ReLU passes the gradient where it passed the input
+    x_in = x - sae["b_dec"] if applied else x
     grads = {"W_enc": x_in.T @ dh, "b_enc": dh.sum(0),
              "W_dec": f.T @ d_x_hat + ((l1 / N) * f.sum(0) / norms)[:, None] * sae["W_dec"],
              "b_dec": d_x_hat.sum(0)}
