@@ -31,16 +31,6 @@ from plumbing.progress import progress
 NORMALIZE = ("none", "expected_average_only_in")
 
 
-def number_at_least(least, kind=float):
-    def parse(text):
-        value = kind(text)
-        if value < least:
-            raise ValueError
-        return value
-    parse.__name__ = f"number >= {least}"
-    return parse
-
-
 def common(p, data=True):
     model_flags(p)
     p.add_argument("--context", type=at_least(2), default=128, help="tokens a window, <|endoftext|> first "
@@ -66,7 +56,7 @@ def parse_args(argv):
     t.add_argument("--l1", type=float, required=True, help="the L1 coefficient, 0 or more")
     t.add_argument("--tokens", type=int, required=True, help="tokens to train on: tokens // batch-tokens steps")
     t.add_argument("--out", required=True, metavar="SAE_DIR", help="the SAE's folder, SAELens's format")
-    t.add_argument("--lr", type=number_at_least(0.0), default=3e-4, help="Adam's learning rate (default 3e-4)")
+    t.add_argument("--lr", type=float, default=3e-4, help="Adam's learning rate (default 3e-4)")
     t.add_argument("--batch-tokens", type=at_least(1), default=4096, help="tokens a step (default 4096)")
     t.add_argument("--l1-warm-up", type=at_least(0), default=0, help="steps over which the L1 coefficient "
                                                                      "grows from 0 (default 0)")
@@ -108,6 +98,8 @@ def check_train_flags(args):
         fail(f"--d-sae must be at least 1, got {args.d_sae}")
     if args.l1 < 0:
         fail(f"--l1 must be 0 or more, got {args.l1}")
+    if not args.lr > 0:
+        fail(f"--lr must be above 0, got {args.lr}")
     if args.tokens < args.batch_tokens:
         fail(f"--tokens {args.tokens} is too few for one batch of --batch-tokens {args.batch_tokens}")
     try:
