@@ -197,3 +197,26 @@ def test_an_sae_from_the_hub_is_fetched_by_its_path_in_the_repository(tmp_path):
         m.close()
     with pytest.raises(UserError, match="hf:owner/name/PATH"):
         hub.download_hub_sae("jbloom/GPT2-Small-SAEs", str(tmp_path / "models"))
+
+
+SAE_PYTHON = os.environ.get("GPT2_SAE_PYTHON", "")
+LOAD_WITH_SAELENS = """import sys
+from sae_lens import SAE
+sae = SAE.load_from_disk(sys.argv[1])
+print(sae.cfg.metadata.hook_name, sae.cfg.d_sae, float(sae.W_dec.sum()))
+"""
+
+
+@pytest.mark.skipif(not SAE_PYTHON, reason="needs sae-lens 6.54.12: set GPT2_SAE_PYTHON to a python that has it "
+                                           "(GPT2_SAE_PYTHON=/work/saevenv/bin/python python -m pytest -q "
+                                           "tests/test_sae_cli.py -k saelens_loads)")
+def test_saelens_loads_what_sae_py_trains(data, tmp_path):
+    out = tmp_path / "sae"
+    r = run("train", "--site", HOOK, "--data", str(data / "text.txt"), "--d-sae", "16", "--l1", "1", "--tokens", "128",
+            "--batch-tokens", "64", "--context", "16", "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([SAE_PYTHON, "-c", LOAD_WITH_SAELENS, str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    hook, d_sae, total = r.stdout.split()
+    assert hook == HOOK and int(d_sae) == 16
+    assert float(total) == pytest.approx(float(sae_files.load_sae(str(out))["W_dec"].sum()), rel=1e-5)
