@@ -73,7 +73,7 @@ def parse_args(argv):
     n.add_argument("--k", type=at_least(1), default=5, help="latents a position (default 5)")
     f = commands.add_parser("features", help="each latent's density, top contexts and logit effects",
                             allow_abbrev=False)
-    f.add_argument("--feature", type=int, metavar="I", help="one latent alone")
+    f.add_argument("--feature", type=int, action="append", metavar="I", help="this latent alone (again: several)")
     f.add_argument("--k", type=at_least(1), default=10, help="top contexts and tokens a latent (default 10)")
     f.add_argument("--html", metavar="FILE", help="also write a dashboard page, self-contained")
     for sub, data in ((e, True), (n, False), (f, True)):
@@ -254,9 +254,10 @@ def features(args):
     sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
     site = S.check_fits(sae, hparams)
     d_sae = sae["cfg"]["d_sae"]
-    if args.feature is not None and not 0 <= args.feature < d_sae:
-        raise UserError(f"--feature must be a latent, 0 to {d_sae - 1}, got {args.feature}")
-    chosen = [args.feature] if args.feature is not None else list(range(d_sae))
+    for i in args.feature or ():
+        if not 0 <= i < d_sae:
+            raise UserError(f"--feature must be a latent, 0 to {d_sae - 1}, got {i}")
+    chosen = args.feature or list(range(d_sae))
     rows = text_windows(encoder, args.data, args.context, params)
     with meter(args, len(rows), "window") as bar:
         acts = S.gather_all(rows, params, hparams, site, progress=bar.update, hooks=hooks)
