@@ -28,13 +28,14 @@ def svg(runs):
     l0s = [m["l0"] for _, m in runs]
     lo, hi = math.log10(min(l0s)) - 0.1, math.log10(max(l0s)) + 0.1
     x = lambda l0: LEFT + (math.log10(l0) - lo) / (hi - lo) * (W - LEFT - RIGHT)  # noqa: E731
-    y = lambda v: TOP + (1 - v) * (H - TOP - BOTTOM)  # noqa: E731  (0 to 1 upwards)
+    low = min([-0.25] + [m[k] for _, m in runs for k, _, _ in SERIES])
+    y = lambda v: TOP + (1 - v) / (1 - low) * (H - TOP - BOTTOM)  # noqa: E731  (low to 1 upwards)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" '
            'font-size="12">', f'<rect width="{W}" height="{H}" fill="white"/>']
-    for v in (0, 0.25, 0.5, 0.75, 1):
+    for v in [t / 4 for t in range(math.floor(low * 4), 5)]:
         out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>'
                    f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
-    for l0 in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000):
+    for l0 in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000):
         if lo <= math.log10(l0) <= hi:
             out.append(f'<text x="{x(l0):.1f}" y="{H - BOTTOM + 16}" text-anchor="middle">{l0}</text>')
     out.append(f'<text x="{(W + LEFT) / 2}" y="{H - 12}" text-anchor="middle">L0: latents firing a token (log scale)'
