@@ -112,6 +112,7 @@ def run_with_cache(ids, params, hparams, names=None, memory=None, sae=None, hook
     site, run = sae or (None, None)
     sae_names = [f"{site}.{hook}" for hook in SAE_HOOKS] if sae else []
     wanted = name_filter(names, {**shapes, **dict.fromkeys(sae_names)})
+    check_names(hooks or {}, shapes)
     need = 4 * sum(int(np.prod(shape)) for name, shape in shapes.items() if wanted(name))
     check_fits(need, available_memory() if memory is None else memory,
                f"caching these activations for {ids.shape[0]} x {ids.shape[1]} tokens",

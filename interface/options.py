@@ -7,8 +7,8 @@ flags' own words, and a whole number from a flag.
     sae_flags(parser)      --sae, --use-error-term, --center-writing-weights: an SAE spliced in (sae.py)
 """
 import download
-from plumbing.errors import UserError
 from plumbing import shapes
+from plumbing.errors import UserError
 from plumbing.fetching import MODELS_DIR_ENV
 
 SIZES = ", ".join(shapes.SIZES)  # 124M, 355M, 774M, 1558M
