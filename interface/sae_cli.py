@@ -163,6 +163,8 @@ def train(args):
         site = S.check_fits(sae, hparams)
         if args.site and args.site != site:
             raise UserError(f"--init's SAE reads {site}, not --site {args.site}")
+        if args.d_sae is not None and args.d_sae != sae["cfg"]["d_sae"]:
+            raise UserError(f"--init's SAE has {sae['cfg']['d_sae']} latents, not --d-sae {args.d_sae}")
     else:
         site = args.site
         d_in = S.check_site(site, hparams)
@@ -194,7 +196,10 @@ def train(args):
                 bar.update()
     finally:  # done, or stopped: what is done is saved, whole
         save(args.out, sae, factor, log)
-    if not args.quiet:
+    if args.json:
+        print(json.dumps({"out": args.out, "steps": len(log), "tokens": len(log) * args.batch_tokens,
+                          "last": log[-1] if log else None}))
+    elif not args.quiet:
         print(f"{args.out}: {len(log)} steps, {len(log) * args.batch_tokens:,} tokens", file=sys.stderr)
 
 

@@ -39,8 +39,9 @@ def test_train_from_a_saelens_folder_on_its_batches_equals_saelens_trainer(data,
     steps, n = GOLDEN["train/batches"].shape[:2]
     r = run("train", "--init", SAE_DIR, "--activations", str(data / "acts.npy"), "--l1", "0.3", "--l1-warm-up", "2",
             "--lr", "3e-3", "--batch-tokens", str(n), "--tokens", str(steps * n), "--out", str(tmp_path / "out"),
-            "--quiet")
+            "--quiet", "--json")
     assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["steps"] == steps
     sae = sae_files.load_sae(str(tmp_path / "out"))
     for k in ("W_enc", "b_enc", "W_dec", "b_dec"):
         np.testing.assert_allclose(sae[k], GOLDEN[f"train/{k}"], rtol=1e-5, atol=1e-7)
@@ -116,6 +117,7 @@ TRAIN = ["--l1", "1", "--tokens", "64", "--batch-tokens", "64"]
                    "--d-sae", "4", *TRAIN], "float64"),
     (lambda d, t: ["features", "--sae", SAE_DIR, "--data", d, "--feature", "32"], "--feature must be a latent, 0 to 31"),
     (lambda d, t: ["eval", "--sae", str(t / "nothing"), "--data", d], "no such folder"),
+    (lambda d, t: ["train", "--init", SAE_DIR, "--d-sae", "64", "--data", d, *TRAIN], "has 32 latents, not --d-sae 64"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(data, tmp_path, case, words):
     args = case(str(data / "text.txt"), tmp_path)
