@@ -100,6 +100,9 @@ TRAIN = ["--l1", "1", "--tokens", "64", "--batch-tokens", "64"]
     (lambda d, t: ["eval", "--sae", bad_folder(t, {"d_in": 16, "d_sae": 32, "architecture": "standard",
                                                    "metadata": {"hook_name": HOOK}}), "--data", d],
      "W_enc must be [16, 32]"),
+    (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "standard", "metadata": {
+        "sae_lens_version": "6.54.12", "hook_name": "blocks.0.mlp.hook_pre"}}), "--text", "hi"],
+     "reads 8 numbers a token but blocks.0.mlp.hook_pre has 32"),
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "metadata": {
         "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "no architecture"),
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "jumprelu", "metadata": {
