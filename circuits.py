@@ -197,8 +197,8 @@ def copies_forward(params, hparams, ids, resid, layer, hooks):
         if i is None:  # the embeddings (made again, and replaced below) and ln_f: no copy changes them
             return x
         full = f"h{i + layer}.{name.split('.', 1)[1]}"  # the name as the whole model has it: h0 of `later` is h{layer}
-        if full == f"h{layer}.resid_pre":
-            x = np.broadcast_to(resid, (n,) + resid.shape).reshape(x.shape)
+        if full == f"h{layer}.resid_pre":  # with one pair, every copy's is one array in memory, a read-only view:
+            x = np.broadcast_to(resid, (n,) + resid.shape).reshape(x.shape)  # a hook writing in it would patch all
         tl = transformer_lens_name(full)
         if not any(tl in h for h in hooks):
             return x

@@ -4,6 +4,7 @@
     python handout.py class/ 1 4 9            # a copy with exercises 1, 4 and 9 to do
     python handout.py class/                  # every exercise
 
+The copy holds what git tracks (a .venv and the models stay behind: the message says where).
 In the copy, each chosen function keeps its signature and docstring, and its body is
 `raise NotImplementedError("exercise N: ...")`. The student writes it and runs the
 exercise's tests, in the copy, with the README's one command:
@@ -23,6 +24,7 @@ project prints when it is written right.
 import ast
 import os
 import shutil
+import subprocess
 import sys
 
 from plumbing.errors import UserError
@@ -179,19 +181,20 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
-# tests/test_handout.py runs each program, records the functions it calls, and holds this table to them.
+# tests/test_handout.py runs each program on real text (a prompt of whole tokens never merges, so it would
+# hide exercise 9), records the functions it calls, and holds this table to them.
 NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11),
-         "lens": (1, 2, 3, 9, 10, 11, 12, 13), "heads": (1, 2, 3, 10, 11, 12, 14), "ablate": (1, 2, 3, 10, 11, 12, 15),
-         "train": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
+         "lens": (1, 2, 3, 9, 10, 11, 12, 13), "heads": (1, 2, 3, 9, 10, 11, 12, 14),
+         "ablate": (1, 2, 3, 9, 10, 11, 12, 15), "train": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
          "from_scratch": (1, 2, 3, 4, 5, 6, 7, 9, 11, 12, 16, 17, 18, 19, 20, 21, 24),
-         "perplexity": (1, 2, 3, 5, 10, 11, 12, 22), "lambada": (1, 2, 3, 5, 10, 11, 12, 23),
+         "perplexity": (1, 2, 3, 5, 9, 10, 11, 12, 22), "lambada": (1, 2, 3, 5, 9, 10, 11, 12, 23),
          "instruction": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
          "lora": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 25, 26),
          "repetition": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 31), "ngrams": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 32),
          "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33),
-         "circuits": (1, 2, 3, 10, 11, 12, 27), "patch": (1, 2, 3, 10, 11, 12, 27, 28),
-         "dla": (1, 2, 3, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 10, 11, 12, 16, 17, 27, 30),
-         "sae": (1, 2, 3, 10, 11, 12, 19, 34, 35, 36)}
+         "circuits": (1, 2, 3, 9, 10, 11, 12, 27), "patch": (1, 2, 3, 9, 10, 11, 12, 27, 28),
+         "dla": (1, 2, 3, 9, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 9, 10, 11, 12, 16, 17, 27, 30),
+         "sae": (1, 2, 3, 9, 10, 11, 12, 19, 34, 35, 36)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The
@@ -243,7 +246,39 @@ def spans(numbers):
     return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
+def tracked_files(root):
+    """The files git tracks in root, as paths relative to it; None when root is not a git checkout of
+    the project (no git, no repository, or one that does not track handout.py: a home folder's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # root's repository, not a caller's
+    try:
+        r = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True, env=env, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    files = [f for f in os.fsdecode(r.stdout).split("\0") if f]
+    if r.returncode != 0 or "handout.py" not in files:
+        return None
+    return [f for f in files if os.path.lexists(os.path.join(root, f))]  # a file deleted, not yet committed: out
+
+
+# Not a git checkout (a zip, a handout's own copy): everything but these, and any virtual environment.
 SKIP = shutil.ignore_patterns(".git", "models", "out", "__pycache__", ".pytest_cache", "*.part")
+
+
+def copy_project(root, to, leave_out):
+    """Copy the project at root into the folder `to`: the files git tracks (so a .venv, models/ and
+    a class's copies stay behind), else every file but SKIP's and virtual environments'. leave_out:
+    absolute paths the copy without git leaves out (the copy itself, when it lies inside root)."""
+    files = tracked_files(root)
+    if files is None:
+        def ignore(folder, names):
+            return set(SKIP(folder, names)) | {n for n in names if os.path.abspath(os.path.join(folder, n)) in leave_out
+                                               or os.path.isfile(os.path.join(folder, n, "pyvenv.cfg"))}
+
+        shutil.copytree(root, to, ignore=ignore, dirs_exist_ok=True)
+        return
+    for f in files:  # none lies in leave_out: the copy's folder is new or empty, so git tracks nothing in it
+        os.makedirs(os.path.dirname(os.path.join(to, f)), exist_ok=True)
+        shutil.copy2(os.path.join(root, f), os.path.join(to, f), follow_symlinks=False)
 
 
 def function_node(tree, name):
@@ -290,12 +325,7 @@ def write_handout(out, numbers, root=HERE, bodies=None):
               f"{exercise_message(n, function)!r})") for n in numbers for file, function in functions(n)]
     edits += [(file, twin, body) for (file, twin), (plain, body) in TWINS.items() if blanked & set(plain)]
     with whole_folder(out, "the handout") as tmp:
-        inside = {os.path.abspath(out), os.path.abspath(tmp)}
-
-        def ignore(folder, names):  # what never goes in a copy, and the copy itself if it lies inside root
-            return set(SKIP(folder, names)) | {n for n in names if os.path.abspath(os.path.join(folder, n)) in inside}
-
-        shutil.copytree(root, tmp, ignore=ignore, dirs_exist_ok=True)
+        copy_project(root, tmp, {os.path.abspath(out), os.path.abspath(tmp)})
         for file, function, body in edits:
             path = os.path.join(tmp, file)
             with open(path, encoding="utf-8") as f:

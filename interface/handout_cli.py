@@ -7,6 +7,7 @@ Exit status: 0 done, 2 a user's mistake (one line on stderr), 130 interrupted (C
 SIGTERM), with no half-written copy left behind.
 """
 import argparse
+import os
 
 import handout
 from plumbing.errors import exit_status, fail
@@ -35,4 +36,7 @@ def run(args):
     handout.write_handout(args.out, numbers)
     print(f"{args.out}: exercises {', '.join(map(str, numbers))} to do; "
           f"run the tests there with python -m pytest -q -k NAME")
+    models = os.path.join(handout.HERE, "models")
+    print(f"the models stay in {models}, not copied: in the copy, give --model {models}/NAME "
+          f"(or --models-dir {models})")
     print("\n".join(handout.programs_waiting(numbers)))

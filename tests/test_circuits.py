@@ -161,6 +161,45 @@ def test_the_fast_sweep_is_the_plain_one_also_in_chunks(models, monkeypatch):
     np.testing.assert_allclose(circuits.patch(*args, "head"), plain, rtol=0, atol=1e-5)
 
 
+def test_a_patch_written_into_the_activation_is_refused_where_the_cells_share_it(models, monkeypatch):
+    """Exercise 28's experiment: a patch_hook that writes into the activation it is handed gives the same
+    table at attn_out; at resid_pre, with one pair, the fast sweep hands every cell of a layer one read-only
+    array (the corrupted run's residual stream, computed once), and the write stops there."""
+    params, hp, clean, corrupted, answer, wrong = experiment(models, "trained")
+    one = (params, hp, clean[:1], corrupted[:1], answer[:1], wrong[:1])
+
+    def in_place(clean, index):
+        def hook(act, name):
+            act[index] = clean[index]
+            return act
+        return hook
+
+    right = circuits.patch(*one, "attn_out")
+    monkeypatch.setattr(circuits, "patch_hook", in_place)
+    np.testing.assert_array_equal(circuits.patch(*one, "attn_out"), right)
+    with pytest.raises(ValueError, match="assignment destination is read-only"):
+        circuits.patch(*one, "resid_pre")
+
+
+def test_the_docs_offline_pair_lines_up_in_the_from_scratch_models_vocabulary():
+    """docs/circuits.md's worked pair for the README's from-scratch model: in the vocabulary that recipe learns
+    (1,024 ids from the training 90% of tiny Shakespeare), the prompts have the same length and differ in one
+    token, each answer is one token, and random:31, the largest N its 64 positions hold, is what it runs."""
+    import bpe
+    import train
+    from plumbing import corpus
+    with open(os.path.join(ROOT, "docs", "circuits.md"), encoding="utf-8") as f:
+        doc = f.read()
+    pair = ["ROMEO:\nO Juliet, thou", "ROMEO:\nO Juliet, you", " art", " are"]
+    assert "--clean $'ROMEO:\\nO Juliet, thou' --corrupted $'ROMEO:\\nO Juliet, you' --answer \" art\" --wrong \" are\"" in doc
+    assert "--text random:31 " in doc and 2 * 31 + 1 <= 64 < 2 * 32 + 1
+    documents, _ = train.split_documents(corpus.read_documents([os.path.join(ROOT, "data", "tinyshakespeare.txt")]), 0.1)
+    encoder = bpe.parse_vocab(*bpe.vocab_files(bpe.train_vocab(documents, 1024)))
+    clean, corrupted, answer, wrong = map(encoder.encode, pair)
+    assert len(clean) == len(corrupted) == 10 and sum(a != b for a, b in zip(clean, corrupted)) == 1
+    assert len(answer) == len(wrong) == 1
+
+
 def test_patching_the_one_position_where_the_prompts_differ_brings_the_whole_answer_back(models):
     params, hp, clean, corrupted, answer, wrong = experiment(models, "ioi")
     differs = np.flatnonzero((clean != corrupted).any(0))

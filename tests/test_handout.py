@@ -44,7 +44,7 @@ def defined_tests():
 
 def test_every_test_the_docs_name_exists():
     named = documented_exercises()
-    assert sorted(named) == list(range(1, len(named) + 1)) and len(named) >= 12
+    assert list(named) == list(range(1, len(named) + 1)) and len(named) >= 12, "docs/exercises.md: 1, 2, 3, ... in order"
     missing = sorted({t for tests in named.values() for t in tests} - defined_tests())
     assert not missing, f"docs/exercises.md names tests that do not exist, so their -k selects nothing: {missing}"
 
@@ -158,6 +158,66 @@ def test_a_handout_inside_the_project_does_not_copy_itself(tmp_path):
         assert "exercise 4 (the KV cache): write kv_append" in f.read()
 
 
+def small_project(folder):
+    """A stand-in project (handout.py, a module and its test), with what a class folder also holds: a
+    virtual environment (.venv), another under a name of its own (env2), models and a scratch file."""
+    for name, text in [("handout.py", "# the program\n"), ("mod.py", "x = 1\n"), ("tests/test_mod.py", "pass\n"),
+                       (".venv/pyvenv.cfg", "home = /usr/bin\n"), (".venv/lib/big.py", "pass\n"),
+                       ("env2/pyvenv.cfg", "home = /usr/bin\n"), ("models/124M/checkpoint", "w\n"),
+                       ("scratch.txt", "mine\n")]:
+        os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    return folder
+
+
+def files_in(folder):
+    return sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
+
+
+def git(folder, *args):
+    subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True)
+
+
+def test_a_handout_copies_what_git_tracks(tmp_path):
+    """Issue 37: a .venv (167 MB of a 186 MB class folder), models and untracked files stay behind; a file
+    changed but not committed goes as it is now, one deleted does not."""
+    project = small_project(str(tmp_path / "project"))
+    with open(os.path.join(project, "gone.py"), "w", encoding="utf-8") as f:
+        f.write("pass\n")
+    git(project, "init", "-q")
+    git(project, "add", "handout.py", "mod.py", "tests/test_mod.py", "gone.py")
+    os.remove(os.path.join(project, "gone.py"))
+    with open(os.path.join(project, "mod.py"), "a", encoding="utf-8") as f:
+        f.write("y = 2\n")
+    handout.write_handout(str(tmp_path / "class"), [], root=project)
+    assert files_in(tmp_path / "class") == ["handout.py", "mod.py", os.path.join("tests", "test_mod.py")]
+    assert (tmp_path / "class" / "mod.py").read_text() == "x = 1\ny = 2\n"
+    with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as f:
+        assert ".venv/" in f.read().split(), "a virtual environment in the project folder is not in .gitignore"
+
+
+def test_a_handout_of_a_folder_git_does_not_track_leaves_out_virtual_environments(tmp_path):
+    """Not a git checkout (a zip's folder, a handout's copy), or one inside a repository that does not track
+    the project (a home folder kept in git): every file but models/, caches and virtual environments."""
+    project = small_project(str(tmp_path / "home" / "project"))
+    expected = ["handout.py", "mod.py", "scratch.txt", os.path.join("tests", "test_mod.py")]
+    handout.write_handout(str(tmp_path / "class"), [], root=project)
+    assert files_in(tmp_path / "class") == expected
+    git(tmp_path / "home", "init", "-q")
+    git(tmp_path / "home", "add", "project/mod.py")  # the home folder's repository tracks one file of it
+    handout.write_handout(str(tmp_path / "class2"), [], root=project)
+    assert files_in(tmp_path / "class2") == expected
+
+
+def test_the_handouts_message_says_the_models_stay_in_the_original_folder(tmp_path):
+    r = run_handout(str(tmp_path / "class"), "4")
+    models = os.path.join(ROOT, "models")
+    assert r.returncode == 0, r.stderr
+    assert f"the models stay in {models}, not copied: in the copy, give --model {models}/NAME" in r.stdout
+    assert not (tmp_path / "class" / "models").exists() and not (tmp_path / "class" / ".venv").exists()
+
+
 def collected(folder, *args):
     """The test ids pytest collects in a folder (run as the README says, with no path given)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -185,11 +245,19 @@ def test_the_readmes_handout_inside_the_project_leaves_its_tests_alone(tmp_path)
 
 # --- the program runs what the student writes ------------------------------------------------
 
+# Real text, not words picked for a test: a word that is itself a token skips merge (encode_piece's
+# shortcut), so a prompt of whole tokens would hide exercise 9 from the table. Each text below has
+# a word that BPE must merge (test_every_programs_text_has_a_word_bpe_must_merge).
 PROMPT = "Alan Turing theorized that computers would one day become"
+with open(os.path.join(ROOT, "data", "tinyshakespeare.txt"), encoding="utf-8") as f:
+    SHAKESPEARE = f.read(2000)  # the text the programs train on and score
+LAMBADA = [line for line in SHAKESPEARE.splitlines() if len(line.split()) >= 6][:5]
+HEADS_TEXT = "the leanness that afflicts us, the object of our misery; the leanness that afflicts us, the object"
+ABLATE_TEXT = "What authority surfeits on would relieve us: if they would yield us but the superfluity"
 HEADS = """import numpy as np, look_inside
 from interface import loading
 encoder, hp, params = loading.load_model("model")
-ids = encoder.encode("the cat sat on the mat, and the cat sat on the mat")
+ids = encoder.encode(TEXT)
 _, cache = look_inside.run_with_cache([ids], params, hp, names=lambda n: n.endswith("hook_pattern"))
 pattern = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(hp["n_layer"])])
 print(look_inside.previous_token_scores(pattern).round(5).tolist(), look_inside.induction_scores(pattern, ids).round(5).tolist())
@@ -197,7 +265,7 @@ print(look_inside.previous_token_scores(pattern).round(5).tolist(), look_inside.
 ABLATE = """import look_inside
 from interface import loading
 encoder, hp, params = loading.load_model("model")
-ids = [encoder.encode("the cat sat on the mat, and the dog ran to the park")]
+ids = [encoder.encode(TEXT)]
 print(round(look_inside.loss(ids, params, hp), 5), round(look_inside.loss(ids, params, hp, {"blocks.1.attn.hook_z": look_inside.zero_ablate_head(1)}), 5))
 """
 SAE = """import sae
@@ -212,16 +280,16 @@ for step in range(3):
     losses = sae.train_step(x, s, state, 1e-2, sae.l1_coefficient(step, 1.0, 2))
 print({k: round(v, 5) for k, v in losses.items()}, round(float(sae.encode(x, s).sum()), 4))
 """
-IOI = ["--clean", "When Mary and John went to the store, John gave a drink to",
-       "--corrupted", "When Mary and John went to the store, Mary gave a drink to", "--answer", " Mary",
+IOI = ["--clean", "When Mary and John went to the apothecary, John gave a drink to",
+       "--corrupted", "When Mary and John went to the apothecary, Mary gave a drink to", "--answer", " Mary",
        "--wrong", " John"]
 PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the project
     "generate": ["gpt2_numpy.py", "--model", "model", "--seed", "1", "--top-k", "20", "--top-p", "0.9", "--n-tokens",
                  "8", "--quiet", PROMPT],
     "params": ["gpt2_numpy.py", "--params", "model"],
     "lens": ["gpt2_numpy.py", "--model", "model", "--lens", PROMPT],
-    "heads": ["-c", HEADS],
-    "ablate": ["-c", ABLATE],
+    "heads": ["-c", HEADS.replace("TEXT", repr(HEADS_TEXT))],
+    "ablate": ["-c", ABLATE.replace("TEXT", repr(ABLATE_TEXT))],
     "train": ["train.py", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "3",
               "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "3", "--quiet"],
     "from_scratch": ["train.py", "--from-scratch", "--data", "notes.txt", "--out", "trained", "--vocab-size", "270",
@@ -229,7 +297,7 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
                      "--steps", "3", "--eval-every", "1", "--sample-every", "3", "--quiet"],
     "perplexity": ["evaluate.py", "perplexity", "notes.txt", "--model", "model", "--context", "16", "--stride", "5",
                    "--json", "--quiet"],
-    "lambada": ["evaluate.py", "lambada", os.path.join("tests", "data", "eval", "lambada.jsonl"), "--model", "model",
+    "lambada": ["evaluate.py", "lambada", "lambada.jsonl", "--model", "model",
                 "--json", "--quiet"],
     "instruction": ["train.py", "--model", "model", "--data", "pairs.jsonl", "--out", "trained", "--steps", "3",
                     "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "3", "--quiet"],
@@ -302,9 +370,11 @@ def project_copy(folder, numbers, bodies=None):
         for f in os.listdir(source):
             if not f.endswith(".md") and f != "LICENSE":
                 shutil.copy(os.path.join(source, f), model)
-    words = "the cat sat on a mat and the dog ran to the park while birds sang".split()
     with open(os.path.join(folder, "notes.txt"), "w", encoding="utf-8") as f:
-        f.write(" ".join(words[i * 7 % len(words)] for i in range(600)))
+        f.write(SHAKESPEARE)
+    with open(os.path.join(folder, "lambada.jsonl"), "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"text": line}) + "\n" for line in LAMBADA))
+    words = list(dict.fromkeys(re.findall(r"\b[a-z]{4,}\b", SHAKESPEARE)))[:16]
     with open(os.path.join(folder, "pairs.jsonl"), "w", encoding="utf-8") as f:  # instruction data: the loss is masked
         f.write("".join(f'{{"prompt": "Say {w} backwards:", "response": " {w[::-1]}"}}\n' for w in words))
     return folder
@@ -380,6 +450,29 @@ def test_the_handout_says_which_exercises_each_program_runs(whole_runs):
     assert found == handout.NEEDS, f"handout.NEEDS should be, from what each program calls:\n{found}"
     assert all(exercise[3] in handout.NEEDS and n in handout.NEEDS[exercise[3]]
                for n, exercise in handout.EXERCISES.items())
+
+
+def test_every_programs_text_has_a_word_bpe_must_merge():
+    """The table is computed from real text: each text a program reads has a word that is not itself a
+    token, so its encoding runs merge (a prompt of whole words would hide exercise 9)."""
+    import bpe
+    encoder = bpe.get_encoder(os.path.join(ROOT, "data", "gpt2-vocab"))
+    texts = [PROMPT, SHAKESPEARE, HEADS_TEXT, ABLATE_TEXT, IOI[1], IOI[3], " ".join(LAMBADA)]  # each a program reads
+    for text in texts:
+        pieces = bpe.PRETOKENIZE.findall(text)
+        assert any(bpe.to_printable(p.encode("utf-8")) not in encoder.encoder for p in pieces), text
+
+
+def test_with_only_the_bpe_merges_left_evaluate_circuits_and_look_inside_stop_at_them(tmp_path):
+    """Issue 37: with exercise 9 alone to do, evaluate.py perplexity and lambada, circuits.py and a look_inside
+    script stop at it on ordinary text, as python handout.py says (the table itself is the tracer's, above)."""
+    folder = project_copy(str(tmp_path / "blank"), [9])
+    readers = ["perplexity", "lambada", "circuits", "heads"]  # those the table left 9 out of, one of each kind
+    assert all(9 in handout.NEEDS[w] for w in readers)
+    for where in readers:
+        code, _, stderr = run_program(folder, where)
+        assert code != 0 and "exercise 9 (BPE merges): write merge" in stderr, (where, stderr[-1000:])
+    assert handout.NEEDS["params"] == (7, 8, 10, 11)  # the one program that reads no text
 
 
 def body_of(file, function):

@@ -157,6 +157,20 @@ def test_the_readme_is_a_front_door_and_its_links_lead_somewhere():
         assert inside == {m.split(".")[1] + ".py" for m in modules}, f"{folder}/README.md names every file in it"
 
 
+def test_the_readmes_tour_of_gpt2_numpy_names_its_functions_through_generation():
+    """The tour's table names real functions, and goes on past sample_next: the processors, stop strings and
+    LoRA's update (issue 37)."""
+    import re
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        tour = f.read().split("## A tour of gpt2_numpy.py", 1)[1].split("| function |", 1)[1].split("\n\n", 1)[0]
+    named = {name for row in re.findall(r"^\| (`.*?`) \|", tour, re.M) for name in re.findall(r"`(\w+)`", row)}
+    with open(source("gpt2_numpy"), encoding="utf-8") as f:
+        defined = {n.name for n in ast.parse(f.read()).body if isinstance(n, ast.FunctionDef)}
+    assert named <= defined, f"the tour names functions gpt2_numpy.py lacks: {sorted(named - defined)}"
+    assert {"penalize_repeats", "ban_repeated_ngrams", "top_k_filter", "top_p_filter", "min_p_filter", "sampling_probs",
+            "sample_next", "stop_string_end", "lora_update", "generate", "score"} <= named
+
+
 def test_each_module_has_a_test_file_named_for_it():
     """tests/test_X.py for each top-level X.py; every test file names the module it tests (test_train_lora.py:
     a part of train.py), but for this one and the opt-in run on the real weights."""
