@@ -177,10 +177,10 @@ def train(args):
         raise UserError("gives no activations to train on", path=args.data or args.activations)
     factor = S.scaling_factor(np.asarray(x)) if args.normalize == "expected_average_only_in" else None
     state, log = S.new_adam_state(sae), []
-    if not args.quiet:
-        print(f"training {sae['cfg']['d_sae']:,} latents at {site} on {len(x):,} activations: {steps:,} steps of "
-              f"{args.batch_tokens:,}", file=sys.stderr, flush=True)
-    try:
+    try:  # from here on, a stop saves the steps done (none yet: the SAE as it began)
+        if not args.quiet:
+            print(f"training {sae['cfg']['d_sae']:,} latents at {site} on {len(x):,} activations: {steps:,} steps "
+                  f"of {args.batch_tokens:,}", file=sys.stderr, flush=True)
         with meter(args, steps, "step") as bar:
             for step in range(steps):
                 at = (np.arange(args.batch_tokens) + step * args.batch_tokens) % len(x)  # round again if short
@@ -188,9 +188,9 @@ def train(args):
                 if factor is not None:
                     batch *= np.float32(factor)
                 l1 = S.l1_coefficient(step, args.l1, args.l1_warm_up)
-                with ctrl_c_waits():  # a step is done whole or not begun
+                with ctrl_c_waits():  # a step is done whole, and logged, or not begun
                     losses = S.train_step(batch, sae, state, args.lr, l1)
-                log.append({"step": step, **losses, "l1_coefficient": l1, "lr": args.lr})
+                    log.append({"step": step, **losses, "l1_coefficient": l1, "lr": args.lr})
                 bar.set_postfix(mse=f"{losses['mse_loss']:.4g}", l1=f"{losses['l1_loss']:.4g}",
                                 l0=f"{losses['l0']:.1f}")
                 bar.update()

@@ -149,6 +149,8 @@ def test_sigterm_in_training_saves_the_steps_done_whole(data, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["big.npy", "out"]  # nothing half-written beside it
     assert sorted(os.listdir(out)) == ["cfg.json", "sae_weights.safetensors", "train_log.jsonl"]
     sae_files.load_sae(str(out))
+    steps = [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert steps == list(range(len(steps)))  # every step done is logged, and none twice
 
 
 def gpt2_numpy(*args):
