@@ -161,6 +161,18 @@ EXERCISES = {
          [("plumbing/gguf.py", "quantize_block", "test_a_q8_0_block_is_its_definition"),
           ("plumbing/gguf.py", "dequantize_block", "test_a_q8_0_block_is_its_definition")],
          ["test_q8_0_blocks_are_gguf_pys_on_awkward_rows"], "q8_0"),
+    36: ("an SAE's encode and decode",
+         [("sae.py", "encode_pre", "test_encode_without_b_dec_on_the_input"),
+          ("sae.py", "encode", "test_encode_decode_and_both_losses_equal_saelens"),
+          ("sae.py", "decode", "test_encode_decode_and_both_losses_equal_saelens")],
+         ["test_run_with_saes_logits_with_and_without_the_error_term"], "sae"),
+    37: ("an SAE's loss",
+         [("sae.py", "mse_loss", "test_encode_decode_and_both_losses_equal_saelens"),
+          ("sae.py", "l1_loss", "test_encode_decode_and_both_losses_equal_saelens")],
+         ["test_a_few_training_steps_equal_saelens_trainer"], "sae"),
+    38: ("an SAE's backward",
+         [("sae.py", "sae_backward", "test_the_backward_matches_finite_differences")],
+         ["test_every_gradient_equals_saelens", "test_a_few_training_steps_equal_saelens_trainer"], "sae"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -178,7 +190,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "patch": "python circuits.py patch", "dla": "python circuits.py dla",
          "attribution": "python circuits.py attribution",
          "classify": "python evaluate.py classify FILE --model CLS",
-         "q8_0": "python convert.py MODEL OUT.gguf --to gguf --gguf-type q8_0, then --model OUT.gguf"}
+         "q8_0": "python convert.py MODEL OUT.gguf --to gguf --gguf-type q8_0, then --model OUT.gguf",
+         "sae": "sae.train_step and sae.encode on gathered activations (as python sae.py train runs them)"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -196,7 +209,8 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
          "circuits": (1, 2, 3, 9, 10, 11, 12, 27), "patch": (1, 2, 3, 9, 10, 11, 12, 27, 28),
          "dla": (1, 2, 3, 9, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 9, 10, 11, 12, 16, 17, 27, 30),
          "classify": (1, 2, 3, 5, 9, 10, 11, 12, 34),
-         "q8_0": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 35)}
+         "q8_0": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 35),
+         "sae": (1, 2, 3, 9, 10, 11, 12, 19, 36, 37, 38)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The

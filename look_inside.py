@@ -41,6 +41,8 @@ BLOCK_STAGES = {  # inside block i: ours -> (TransformerLens's name, its shape a
     "ln_2": ("ln2.hook_normalized", "BTC"), "mlp.c_fc": ("mlp.hook_pre", "BTF"), "mlp.gelu": ("mlp.hook_post", "BTF"),
     "mlp.out": ("hook_mlp_out", "BTC"), "resid_post": ("hook_resid_post", "BTC")}
 OUTSIDE_NAMES = {"wte": "hook_embed", "wpe": "hook_pos_embed", "ln_f": "ln_final.hook_normalized"}
+SAE_HOOKS = ("hook_sae_input", "hook_sae_acts_pre", "hook_sae_acts_post", "hook_sae_recons", "hook_sae_error",
+             "hook_sae_output")  # a spliced SAE's activations, under its hook point's name (SAELens's)
 HEADS_SECOND = {s for s, (_, layout) in BLOCK_STAGES.items() if layout == "BTHD"}  # the model has them [B, H, T, D]
 
 
@@ -96,25 +98,36 @@ def name_filter(names, known):
     return set(names).__contains__
 
 
-def run_with_cache(ids, params, hparams, names=None, memory=None):
+def run_with_cache(ids, params, hparams, names=None, memory=None, sae=None, hooks=None):
     """One forward pass that keeps activations: -> (logits [B, T, V], cache {name: array}).
     names: which to keep (a list of TransformerLens names, or a predicate; default all).
+    sae: an SAE spliced in at its hook point, as sae.splice makes it: (the hook's name, fn(x) -> (what goes
+    on, {SAELens's names: arrays})); its latents are kept too (blocks.0.hook_resid_pre.hook_sae_acts_post, ...).
+    hooks: run_with_hooks', applied first (what is kept is what they return).
     Everything for B sequences of T tokens takes 4·B·T·(L·(19·C + 2·H·T) + 3·C) bytes: a request
     that would not fit in `memory`
     (default: what the OS has available) is refused before any work."""
     ids = np.atleast_2d(np.asarray(ids))
     shapes = activation_shapes(hparams, *ids.shape)
-    wanted = name_filter(names, shapes)
+    site, run = sae or (None, None)
+    sae_names = [f"{site}.{hook}" for hook in SAE_HOOKS] if sae else []
+    wanted = name_filter(names, {**shapes, **dict.fromkeys(sae_names)})
+    check_names(hooks or {}, shapes)
     need = 4 * sum(int(np.prod(shape)) for name, shape in shapes.items() if wanted(name))
     check_fits(need, available_memory() if memory is None else memory,
                f"caching these activations for {ids.shape[0]} x {ids.shape[1]} tokens",
                "keep fewer (names=...) or use fewer tokens")
-    cache = {}
+    cache, changing = {}, model_hook(hooks or {})
 
     def record(name, x):
+        x = changing(name, x)
         tl = transformer_lens_name(name)
         if wanted(tl):
             cache[tl] = shown(name, x)
+        if tl == site:
+            out, latents = run(shown(name, x))
+            cache.update({k: v for k, v in latents.items() if wanted(k)})
+            return taken_back(name, out)
         return x
 
     return gpt2(ids, params, hparams, hook=record), cache
@@ -140,22 +153,32 @@ def model_hook(hooks):
     return hook
 
 
-def run_with_hooks(ids, params, hparams, hooks):
+def run_with_hooks(ids, params, hparams, hooks, sae=None):
     """The forward pass with activations changed by hooks ({name: fn(activation, name)}): -> logits.
-    For ablation (fn returns zeros, or a mean) and patching (fn returns another run's activation)."""
+    For ablation (fn returns zeros, or a mean) and patching (fn returns another run's activation).
+    sae: an SAE spliced in (run_with_cache's), after any hook at the same name."""
     ids = np.atleast_2d(np.asarray(ids))
     check_names(hooks, activation_shapes(hparams, *ids.shape))
+    if sae:
+        site, run = sae
+        before = hooks.get(site) or (lambda x, name: None)
+
+        def spliced(x, name):
+            changed = before(x, name)  # None: x as it is
+            return run(x if changed is None else changed)[0]
+
+        hooks = {**hooks, site: spliced}
     return gpt2(ids, params, hparams, hook=model_hook(hooks))
 
 
-def trace(ids, params, hparams, blocks=None):
+def trace(ids, params, hparams, blocks=None, sae=None, hooks=None):
     """One forward pass, every stage in order: [(name, array)], from the token ids to the
-    logits. It is run_with_cache's cache. blocks: the blocks whose stages to keep (default all)."""
+    logits. It is run_with_cache's cache (sae, hooks: its). blocks: the blocks whose stages to keep (default all)."""
     def wanted(name):  # blocks.3.attn.hook_z is in block 3; hook_embed is in none
         return blocks is None or not name.startswith("blocks.") or int(name.split(".")[1]) in blocks
 
     ids = np.atleast_2d(np.asarray(ids))
-    logits, cache = run_with_cache(ids, params, hparams, names=wanted)
+    logits, cache = run_with_cache(ids, params, hparams, names=wanted, sae=sae, hooks=hooks)
     return [("token ids", ids)] + list(cache.items()) + [("logits", logits)]
 
 

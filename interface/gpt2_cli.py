@@ -29,7 +29,7 @@ import parameters
 import speculative
 from interface import loading
 from interface.bpe_cli import shown_token
-from interface.options import at_least, check_page_folder, model_flags, number, threads_flag, user_message
+from interface.options import at_least, check_page_folder, model_flags, number, sae_flags, sae_splice, threads_flag, user_message
 from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
@@ -51,7 +51,7 @@ def parse_args(argv):
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     threads_flag(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars, no speed report")
-    for add_flags in (generate_flags, score_flags, trace_flags, look_inside_flags, params_flags):
+    for add_flags in (generate_flags, score_flags, trace_flags, look_inside_flags, params_flags, sae_flags):
         add_flags(p)  # each subcommand's flags are defined beside its printing, below
     p.error = fail
     args = p.parse_args(argv)
@@ -75,6 +75,9 @@ def parse_args(argv):
             fail("the prompt is not valid UTF-8 text")
     if (args.score or args.trace or args.lens or args.html) and not args.prompt:
         fail("--score, --trace, --lens and --html need a text")
+    if (args.sae or args.center_writing_weights) and not (args.score or args.trace or args.lens or
+                                                          (args.top and not args.json)):
+        fail("--sae and --center-writing-weights go with a reading: --score, --trace, --top or --lens")
     if args.draft is not None:
         check_draft_flags(args, given_flags(p, argv))
     if args.html:
@@ -166,18 +169,19 @@ def run(args):
         return print_params(args.params, args.models_dir)
     encoder, hparams, params, head = loading.load_model_or_classifier(args.model, args.models_dir, args.base_url,
                                                                       quiet=args.quiet)
+    splice = sae_splice(args, hparams)  # ({}, None) unless --sae or --center-writing-weights
     if head and not args.trace:  # the activations are a classifier's too; its output is a label
         run_label(args, encoder, hparams, params, head)
     elif args.trace:
-        run_trace(args, encoder, hparams, params)
+        run_trace(args, encoder, hparams, params, splice)
     elif args.lens:
-        run_lens(args, encoder, hparams, params)
+        run_lens(args, encoder, hparams, params, splice)
     elif args.html:
         run_html(args, encoder, hparams, params)
     elif args.top is not None and not args.json:
-        run_top(args, encoder, hparams, params)
+        run_top(args, encoder, hparams, params, splice)
     elif args.score:
-        run_score(args, encoder, hparams, params)
+        run_score(args, encoder, hparams, params, splice)
     else:
         run_generate(args, encoder, hparams, params)
 
@@ -443,11 +447,12 @@ def score_flags(p):
                                                         "and the perplexity of the prompt")
 
 
-def run_score(args, encoder, hparams, params):
+def run_score(args, encoder, hparams, params, splice=({}, None)):
     ids = encoder.encode(args.prompt)
     if len(ids) > hparams["n_ctx"] + 1:  # the last token is only predicted, never read
         raise UserError(f"the text has {len(ids)} tokens; at most {hparams['n_ctx'] + 1} can be scored")
-    logprobs, loss, perplexity = g.score(ids, params, hparams)
+    logprobs, loss, perplexity = g.score(ids, params, hparams) if splice == ({}, None) else \
+        spliced_score(ids, params, hparams, splice)
     if args.json:
         print(json.dumps({"ids": ids, "logprobs": [None] + [round(float(x), 6) for x in logprobs],
                           "loss": loss, "perplexity": perplexity}))
@@ -457,6 +462,16 @@ def run_score(args, encoder, hparams, params):
         lp = "" if i == 0 else f"{logprobs[i - 1]:10.4f}"
         print(f"{quoted_token(encoder, token):<20}{token:>7}{lp:>10}")
     print(f"loss {loss:.4f} nats/token over {plural(len(ids) - 1, 'prediction')}, perplexity {perplexity:.2f}")
+
+
+def spliced_score(ids, params, hparams, splice):
+    """g.score's numbers with the --sae and --center-writing-weights hooks in the forward pass."""
+    if len(ids) < 2:
+        raise UserError("scoring needs at least 2 tokens: the first one is only context")
+    hooks, sae = splice
+    logprobs = g.token_logprobs(look_inside.run_with_hooks([ids[:-1]], params, hparams, hooks, sae=sae)[0], ids[1:])
+    loss = float(-logprobs.mean())
+    return logprobs, loss, float(np.exp(loss))
 
 
 # ----------------------------------------------------------------------------
@@ -469,12 +484,12 @@ def trace_flags(p):
     p.add_argument("--trace-block", type=at_least(0), default=None, help="with --trace: only this block")
 
 
-def run_trace(args, encoder, hparams, params):
+def run_trace(args, encoder, hparams, params, splice=({}, None)):
     if args.trace_block is not None and not 0 <= args.trace_block < hparams["n_layer"]:
         raise UserError(f"must be in 0..{hparams['n_layer'] - 1}", arg="trace_block")
     blocks = None if args.trace_block is None else {args.trace_block}
     ids = encoder.encode(args.prompt)
-    stages = look_inside.trace(ids, params, hparams, blocks)
+    stages = look_inside.trace(ids, params, hparams, blocks, sae=splice[1], hooks=splice[0])
     if args.json:
         print(json.dumps({"ids": ids, "stages": [
             {"name": name, "shape": list(a.shape), **dict(zip(("mean", "std", "min", "max"), stage_stats(a)))}
@@ -528,10 +543,11 @@ def top_entries(encoder, probs, k):
              "logprob": round(float(np.log(probs[i])), 6) if probs[i] > 0 else None} for i in top]
 
 
-def run_top(args, encoder, hparams, params):
+def run_top(args, encoder, hparams, params, splice=({}, None)):
     ids = start_ids(args, encoder)
     say_unconditional(args)
-    logits = g.gpt2(ids, params, hparams, last_only=True)[-1]
+    logits = g.gpt2(ids, params, hparams, last_only=True)[-1] if splice == ({}, None) else \
+        look_inside.run_with_hooks([ids], params, hparams, splice[0], sae=splice[1])[0, -1]
     top, probs, logprobs = look_inside.next_token_table(logits, args.top)
     print(f"after {plural(len(ids), 'token')}, ...{quoted_token(encoder, ids[-1])}:")
     print(f"{'rank':>4}  {'token':<20}{'id':>7}{'prob':>10}{'log p':>10}")
@@ -539,11 +555,13 @@ def run_top(args, encoder, hparams, params):
         print(f"{rank:>4}  {quoted_token(encoder, i):<20}{int(i):>7}{p:>10.4f}{lp:>10.4f}")
 
 
-def run_lens(args, encoder, hparams, params):
+def run_lens(args, encoder, hparams, params, splice=({}, None)):
     ids = encoder.encode(args.prompt)
     if len(ids) > hparams["n_ctx"]:
         raise UserError(f"the text has {len(ids)} tokens; the model reads at most {hparams['n_ctx']}")
-    lens = look_inside.logit_lens([ids], params, hparams)
+    run = look_inside.run_with_cache([ids], params, hparams, names=look_inside.lens_activations(hparams["n_layer"]),
+                                     sae=splice[1], hooks=splice[0])
+    lens = look_inside.logit_lens([ids], params, hparams, run=run)
     if args.json:
         print(json.dumps({"ids": ids, "tokens": [encoder.decode([i]) for i in ids],
                           "layers": look_inside.lens_labels(hparams["n_layer"]),

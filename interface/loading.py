@@ -16,7 +16,7 @@ import os
 
 import bpe
 import download
-from plumbing import classifier_files, gguf, hub
+from plumbing import classifier_files, gguf, hub, sae_files
 from plumbing.errors import UserError
 from plumbing.weights import check_tokenizer_fits, load_weights
 
@@ -73,3 +73,10 @@ def load_classifier(model, models_dir=None, base_url=None, quiet=False):
                         "or a GPT2ForSequenceClassification's config); train one with train.py --data "
                         "labelled.jsonl", path=model_folder(model, models_dir))
     return encoder, hparams, params, head
+
+
+def load_sae(name, models_dir=None, quiet=False):
+    """An SAE by name: a folder as SAELens saves it, or hf:owner/name/PATH from the Hub (fetched once)."""
+    if name.startswith("hf:"):
+        name = hub.download_hub_sae(name[3:], models_dir, quiet=quiet)
+    return sae_files.load_sae(name)

@@ -7,16 +7,19 @@ flags' own words, and a whole number from a flag.
     at_least(1)            an argparse type: a whole number no smaller than 1 ("--num-beams must be at least 1, got 0")
     number                 an argparse type: a number ("--top-p must be a number, got 'x'")
     check_page_folder(f)   --html FILE's folder is there, before any work
+    sae_flags(parser)      --sae, --use-error-term, --center-writing-weights: an SAE spliced in (sae.py)
 """
 import argparse
 import os
 
 from interface.start import THREADS
 from plumbing import shapes
-from plumbing.errors import fail
+from plumbing.errors import UserError, fail
 from plumbing.folders import MODELS_DIR_ENV
 
 SIZES = ", ".join(shapes.SIZES)  # 124M, 355M, 774M, 1558M
+CENTRED_HELP = ("run the model as TransformerLens's center_writing_weights leaves it: the published GPT-2 small "
+                "SAEs were trained on it (docs/sae.md)")
 MODEL_HELP = (f"{SIZES}, a model folder (OpenAI's or Hugging Face's), hf:owner/name[@revision] from the Hub, "
               "or a GGUF file (FILE.gguf, llama.cpp's)")
 
@@ -90,3 +93,28 @@ def check_page_folder(path):
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         fail(f"{path}: its folder {folder} does not exist")
+
+
+def sae_flags(parser):
+    """The flags that splice an SAE into the model, for the commands that read it (sae_splice)."""
+    parser.add_argument("--sae", metavar="SAE_DIR", help="splice an SAE in at its hook point, its reconstruction in "
+                                                         "place of the activation (a folder, or hf:owner/name/PATH)")
+    parser.add_argument("--use-error-term", action="store_true",
+                        help="with --sae: the reconstruction plus the error term (the output unchanged)")
+    parser.add_argument("--center-writing-weights", action="store_true", help=CENTRED_HELP)
+
+
+def sae_splice(args, hparams):
+    """-> (hooks, sae) for look_inside's run_with_cache and run_with_hooks, as sae_flags ask: the centring hooks
+    ({} without --center-writing-weights) and the SAE spliced (None without --sae)."""
+    if args.use_error_term and not args.sae:
+        raise UserError("--use-error-term goes with --sae")
+    import sae
+    from interface import loading
+
+    hooks = sae.centring_hooks(hparams["n_layer"]) if args.center_writing_weights else {}
+    if not args.sae:
+        return hooks, None
+    chosen = loading.load_sae(args.sae, args.models_dir, getattr(args, "quiet", False))
+    sae.check_fits(chosen, hparams)
+    return hooks, sae.splice(chosen, args.use_error_term)

@@ -167,3 +167,27 @@ def fetch_tokenizer(fetch, name):
         except NotFound:
             raise NotFound(f"hf:{name} has no {file}: this project needs GPT-2's byte-level BPE "
                            f"({' and '.join(TOKENIZER)})") from None
+
+
+def download_hub_sae(name, models_dir=None, quiet=False, tries=5, backoff=0.5, endpoint=None):
+    """hf:owner/name[@revision]/PATH: an SAE folder of a Hub repository (SAELens's cfg.json and
+    sae_weights.safetensors under PATH), fetched as a model's files are. -> its folder"""
+    repo, _, path = name.partition("/")[2].partition("/")
+    repo = f"{name.partition('/')[0]}/{repo}"
+    parts = path.strip("/").split("/")
+    if not path.strip("/") or not all(re.fullmatch(PART, p) for p in parts):
+        raise DownloadError(f"{name!r} is not an SAE on the Hub: write hf:owner/name/PATH, PATH the folder that holds "
+                            "cfg.json and sae_weights.safetensors")
+    folder = os.path.join(hub_folder(repo, models_dir), *parts)
+    url = f"{repository_url(repo, endpoint)}/{'/'.join(parts)}"
+    fetched = []
+    fetch = fetcher(folder, url, fetched, quiet=quiet, tries=tries, backoff=backoff)
+    with downloading_into(folder, f"hf:{name}", quiet):
+        try:
+            for file in ("cfg.json", "sae_weights.safetensors"):
+                fetch(file)
+        except NotFound:
+            for done in fetched:
+                os.remove(done)
+            raise NotFound(f"no SAE at hf:{name} ({url}/cfg.json and sae_weights.safetensors)") from None
+    return folder

@@ -271,6 +271,18 @@ encoder, hp, params = loading.load_model("model")
 ids = [encoder.encode(TEXT)]
 print(round(look_inside.loss(ids, params, hp), 5), round(look_inside.loss(ids, params, hp, {"blocks.1.attn.hook_z": look_inside.zero_ablate_head(1)}), 5))
 """
+SAE = """import sae
+from interface import loading
+encoder, hp, params = loading.load_model("model")
+with open("notes.txt", encoding="utf-8") as f:
+    rows = sae.windows(encoder.encode(f.read()), 16, encoder.eot)[:8]
+x = sae.gather(rows, params, hp, "blocks.0.hook_resid_post").reshape(-1, hp["n_embd"])
+s = sae.new_sae(x.shape[1], 32, seed=0, metadata={"hook_name": "blocks.0.hook_resid_post"})
+state = sae.new_adam_state(s)
+for step in range(3):
+    losses = sae.train_step(x, s, state, 1e-2, sae.l1_coefficient(step, 1.0, 2))
+print({k: round(v, 5) for k, v in losses.items()}, round(float(sae.encode(x, s).sum()), 4))
+"""
 IOI = ["--clean", "When Mary and John went to the apothecary, John gave a drink to",
        "--corrupted", "When Mary and John went to the apothecary, Mary gave a drink to", "--answer", " Mary",
        "--wrong", " John"]
@@ -315,6 +327,7 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "attribution": ["circuits.py", "attribution", *IOI, "--site", "head", "--model", "model"],
     "classify": ["evaluate.py", "classify", "labelled.jsonl", "--model", "classifier", "--json", "--quiet"],
     "q8_0": ["-c", Q8_0],
+    "sae": ["-c", SAE],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -356,6 +369,8 @@ WRONG = {
     "pooled_positions": "return np.full(len(ids), ids.shape[1] - 1)",  # the last position, a pad or not (rasbt #990)
     "quantize_block": "d = np.max(np.abs(x)) / np.float32(127)\ninverse = np.float32(1) / d if d else np.float32(0)\n"
                       "return np.float16(d), (x * inverse).astype(np.int8)",  # truncated toward zero, not rounded
+    "encode_pre": "return x @ sae['W_enc'] + sae['b_enc']",  # b_dec not taken away first
+    "mse_loss": "return float(((x_hat - x) ** 2).mean())",  # the mean over the width too: d_in times too small
     "activation_grads": "ids = checked_ids(ids, params)\n"
                         "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"
                         "model_backward(ids, kept, top, params, hparams, dlogits @ params['wte'], p_drop=0.1, "

@@ -1,0 +1,229 @@
+"""python sae.py train|eval|encode|features on tests/data/hf/tiny: a few training steps equal SAELens's trainer,
+eval prints SAELens's metrics, and every bad input is one line, exit 2, nothing written."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import DATA, ROOT
+
+from plumbing import sae_files
+from plumbing.errors import UserError
+
+GOLDEN = np.load(os.path.join(DATA, "sae_golden.npz"))
+MODEL = os.path.join(DATA, "hf", "tiny")
+SAE_DIR = os.path.join(DATA, "sae_golden", "sae")
+HOOK = "blocks.1.hook_resid_pre"
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 6
+
+
+def run(*args, timeout=300):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "sae.py"), *args, "--model", MODEL], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sae")
+    (folder / "text.txt").write_text(TEXT)
+    batches = GOLDEN["train/batches"]
+    np.save(folder / "acts.npy", batches.reshape(-1, 8))
+    return folder
+
+
+def test_train_from_a_saelens_folder_on_its_batches_equals_saelens_trainer(data, tmp_path):
+    steps, n = GOLDEN["train/batches"].shape[:2]
+    r = run("train", "--init", SAE_DIR, "--activations", str(data / "acts.npy"), "--l1", "0.3", "--l1-warm-up", "2",
+            "--lr", "3e-3", "--batch-tokens", str(n), "--tokens", str(steps * n), "--out", str(tmp_path / "out"),
+            "--quiet", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["steps"] == steps
+    sae = sae_files.load_sae(str(tmp_path / "out"))
+    for k in ("W_enc", "b_enc", "W_dec", "b_dec"):
+        np.testing.assert_allclose(sae[k], GOLDEN[f"train/{k}"], rtol=1e-5, atol=1e-7)
+    with open(tmp_path / "out" / "train_log.jsonl") as f:
+        log = [json.loads(line) for line in f]
+    assert [e["step"] for e in log] == list(range(steps))
+    np.testing.assert_allclose([[e["mse_loss"], e["l1_loss"]] for e in log], GOLDEN["train/losses"], rtol=1e-5)
+    assert sae["cfg"]["metadata"]["hook_name"] == HOOK
+
+
+def test_train_on_text_then_eval_encode_and_features(data, tmp_path):
+    out = tmp_path / "sae"
+    r = run("train", "--site", HOOK, "--data", str(data / "text.txt"), "--d-sae", "16", "--l1", "1", "--tokens", "256",
+            "--batch-tokens", "64", "--context", "16", "--out", str(out), "--normalize", "expected_average_only_in")
+    assert r.returncode == 0, r.stderr
+    assert "step 4/4" in r.stderr and "mse=" in r.stderr and "l0=" in r.stderr
+    cfg = json.loads((out / "cfg.json").read_text())
+    assert cfg["normalize_activations"] == "none" and cfg["d_sae"] == 16  # the factor is folded in
+    r = run("eval", "--sae", str(out), "--data", str(data / "text.txt"), "--context", "16", "--json")
+    assert r.returncode == 0, r.stderr
+    metrics = json.loads(r.stdout)
+    assert {"l0", "explained_variance", "ce_loss_score", "kl_div_score"} <= set(metrics) and metrics["l0"] > 0
+    r = run("encode", "--sae", str(out), "--text", "All:\nSpeak", "--k", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    encoded = json.loads(r.stdout)
+    assert encoded["tokens"][0] == "<|endoftext|>" and len(encoded["positions"]) == len(encoded["tokens"])
+    assert all(len(p["ids"]) <= 3 and p["error"] >= 0 for p in encoded["positions"])
+    r = run("features", "--sae", str(out), "--data", str(data / "text.txt"), "--context", "16", "--feature", "2",
+            "--json", "--html", str(tmp_path / "f.html"))
+    assert r.returncode == 0, r.stderr
+    [feature] = json.loads(r.stdout)["features"]
+    assert feature["feature"] == 2 and 0 <= feature["density"] <= 1 and len(feature["promotes"]) == 10
+    assert "latent 2" in (tmp_path / "f.html").read_text()
+
+
+def bad_folder(tmp_path, cfg, weights=True):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "cfg.json").write_text(json.dumps(cfg))
+    if weights:
+        shutil.copy(os.path.join(SAE_DIR, "sae_weights.safetensors"), folder)
+    return str(folder)
+
+
+def wrong_npy(tmp_path, array):
+    np.save(tmp_path / "wrong.npy", array)
+    return str(tmp_path / "wrong.npy")
+
+
+TRAIN = ["--l1", "1", "--tokens", "64", "--batch-tokens", "64"]
+
+
+@pytest.mark.parametrize("case, words", [
+    (lambda d, t: ["train", "--site", "blocks.7.hook_resid_pre", "--data", d, "--d-sae", "4", *TRAIN],
+     "no activation is called 'blocks.7.hook_resid_pre'"),
+    (lambda d, t: ["eval", "--sae", bad_folder(t, {"d_in": 16, "d_sae": 32, "architecture": "standard",
+                                                   "metadata": {"hook_name": HOOK}}), "--data", d],
+     "W_enc must be [16, 32]"),
+    (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "standard", "metadata": {
+        "sae_lens_version": "6.54.12", "hook_name": "blocks.0.mlp.hook_pre"}}), "--text", "hi"],
+     "reads 8 numbers a token but blocks.0.mlp.hook_pre has 32"),
+    (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "metadata": {
+        "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "no architecture"),
+    (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "jumprelu", "metadata": {
+        "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "'jumprelu'"),
+    (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "standard"}, False),
+                   "--text", "hi"], "no sae_weights.safetensors"),
+    (lambda d, t: ["train", "--site", HOOK, "--data", d, "--d-sae", "0", *TRAIN], "--d-sae must be at least 1"),
+    (lambda d, t: ["train", "--site", HOOK, "--data", d, "--d-sae", "4", "--l1", "-1", "--tokens", "64"],
+     "--l1 must be 0 or more"),
+    (lambda d, t: ["train", "--site", HOOK, "--data", d, "--d-sae", "4", "--l1", "1", "--tokens", "10"],
+     "too few for one batch"),
+    (lambda d, t: ["train", "--site", HOOK, "--activations", wrong_npy(t, np.zeros((70, 9), np.float32)),
+                   "--d-sae", "4", *TRAIN], "must be [N, 8] float32"),
+    (lambda d, t: ["train", "--site", HOOK, "--activations", wrong_npy(t, np.zeros((70, 8), np.float64)),
+                   "--d-sae", "4", *TRAIN], "float64"),
+    (lambda d, t: ["features", "--sae", SAE_DIR, "--data", d, "--feature", "32"], "--feature must be a latent, 0 to 31"),
+    (lambda d, t: ["eval", "--sae", str(t / "nothing"), "--data", d], "no such folder"),
+    (lambda d, t: ["train", "--init", SAE_DIR, "--d-sae", "64", "--data", d, *TRAIN], "has 32 latents, not --d-sae 64"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(data, tmp_path, case, words):
+    args = case(str(data / "text.txt"), tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    r = run(*args, "--out", str(tmp_path / "out")) if args[0] == "train" else run(*args)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") and words in r.stderr, r.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_sigterm_in_training_saves_the_steps_done_whole(data, tmp_path):
+    big = tmp_path / "big.npy"
+    np.save(big, np.random.default_rng(0).standard_normal((4096, 8)).astype(np.float32))
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "sae.py"), "train", "--model", MODEL, "--site", HOOK,
+                          "--activations", str(big), "--d-sae", "2048", "--l1", "1", "--batch-tokens", "4096",
+                          "--tokens", str(4096 * 10 ** 6), "--out", str(out)],
+                         cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    for line in p.stderr:
+        if line.startswith("training"):
+            break
+    p.send_signal(signal.SIGTERM)
+    rest = p.stderr.read()
+    assert p.wait(timeout=120) == 130, rest
+    assert "terminated" in rest
+    assert sorted(os.listdir(tmp_path)) == ["big.npy", "out"]  # nothing half-written beside it
+    assert sorted(os.listdir(out)) == ["cfg.json", "sae_weights.safetensors", "train_log.jsonl"]
+    sae_files.load_sae(str(out))
+    steps = [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert steps == list(range(len(steps)))  # every step done is logged, and none twice
+
+
+def gpt2_numpy(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), *args, "--model", MODEL], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_readings_take_an_sae_spliced_in():
+    import sae as S
+    from gpt2_numpy import token_logprobs
+    from interface.loading import load_model
+
+    encoder, hparams, params = load_model(MODEL)
+    text = "First Citizen: we are accounted poor"
+    ids = encoder.encode(text)
+    scores = {}
+    for flags in ([], ["--sae", SAE_DIR], ["--sae", SAE_DIR, "--use-error-term"], ["--center-writing-weights"]):
+        r = gpt2_numpy(text, "--score", "--json", *flags)
+        assert r.returncode == 0, r.stderr
+        scores[" ".join(flags)] = json.loads(r.stdout)
+    logits = S.run_with_sae([ids[:-1]], params, hparams, sae_files.load_sae(SAE_DIR))[0]
+    np.testing.assert_allclose(scores[f"--sae {SAE_DIR}"]["logprobs"][1:], token_logprobs(logits, ids[1:]), atol=1e-5)
+    for same in (f"--sae {SAE_DIR} --use-error-term", "--center-writing-weights"):  # neither changes the output
+        assert scores[same]["loss"] == pytest.approx(scores[""]["loss"], abs=1e-5)
+    assert abs(scores[f"--sae {SAE_DIR}"]["loss"] - scores[""]["loss"]) > 1e-3
+    r = gpt2_numpy(text, "--trace", "--json", "--sae", SAE_DIR)
+    names = [s["name"] for s in json.loads(r.stdout)["stages"]]
+    assert names.index(f"{HOOK}.hook_sae_acts_post") == names.index(HOOK) + 3
+    for flags, words in ((["--sae", SAE_DIR], "go with a reading"), (["--use-error-term", "--score"], "goes with --sae")):
+        r = gpt2_numpy(text, *flags)
+        assert r.returncode == 2 and words in r.stderr, r.stderr
+
+
+def test_an_sae_from_the_hub_is_fetched_by_its_path_in_the_repository(tmp_path):
+    from conftest import Mirror
+    from plumbing import hub
+    from plumbing.fetching import NotFound
+
+    served = tmp_path / "mirror" / "jbloom" / "GPT2-Small-SAEs" / "resolve" / "main" / "blocks.1" / "sae"
+    shutil.copytree(SAE_DIR, served)
+    m = Mirror(str(tmp_path / "mirror"))
+    try:
+        folder = hub.download_hub_sae("jbloom/GPT2-Small-SAEs/blocks.1/sae", str(tmp_path / "models"), quiet=True,
+                                      endpoint=m.url)
+        assert sae_files.load_sae(folder)["cfg"]["d_sae"] == 32
+        with pytest.raises(NotFound, match="no SAE at hf:jbloom/GPT2-Small-SAEs/nothing"):
+            hub.download_hub_sae("jbloom/GPT2-Small-SAEs/nothing", str(tmp_path / "models"), quiet=True,
+                                 endpoint=m.url)
+        assert not os.path.exists(tmp_path / "models" / "hf" / "jbloom" / "GPT2-Small-SAEs" / "nothing")
+    finally:
+        m.close()
+    with pytest.raises(UserError, match="hf:owner/name/PATH"):
+        hub.download_hub_sae("jbloom/GPT2-Small-SAEs", str(tmp_path / "models"))
+
+
+SAE_PYTHON = os.environ.get("GPT2_SAE_PYTHON", "")
+LOAD_WITH_SAELENS = """import sys
+from sae_lens import SAE
+sae = SAE.load_from_disk(sys.argv[1])
+print(sae.cfg.metadata.hook_name, sae.cfg.d_sae, float(sae.W_dec.sum()))
+"""
+
+
+@pytest.mark.skipif(not SAE_PYTHON, reason="needs sae-lens 6.54.12: set GPT2_SAE_PYTHON to a python that has it "
+                                           "(GPT2_SAE_PYTHON=/work/saevenv/bin/python python -m pytest -q "
+                                           "tests/test_sae_cli.py -k saelens_loads)")
+def test_saelens_loads_what_sae_py_trains(data, tmp_path):
+    out = tmp_path / "sae"
+    r = run("train", "--site", HOOK, "--data", str(data / "text.txt"), "--d-sae", "16", "--l1", "1", "--tokens", "128",
+            "--batch-tokens", "64", "--context", "16", "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([SAE_PYTHON, "-c", LOAD_WITH_SAELENS, str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    hook, d_sae, total = r.stdout.split()
+    assert hook == HOOK and int(d_sae) == 16
+    assert float(total) == pytest.approx(float(sae_files.load_sae(str(out))["W_dec"].sum()), rel=1e-5)
