@@ -128,12 +128,34 @@ def sequence_logps(per_token, scored):
     return np.bincount(rows, weights=per_token.astype(np.float64), minlength=len(scored)).astype(np.float32)
 
 
-def reference_logps(ids, mask, params, hparams):
-    """log π_ref of each row's completion: the forward pass only. ids, mask [2P, T] -> [2P]"""
+def completion_logps(ids, mask, params, hparams):
+    """log π of each row's completion under params (the reference's, or a policy's to judge it): the forward
+    pass only. ids, mask [2P, T] -> [2P]"""
     scored = completion_positions(mask)
     x = gpt2_hidden(checked_ids(ids, params), params, hparams)
     per_token, _ = token_logps(x[scored], params["wte"], ids[:, 1:][scored[:, :-1]])
     return sequence_logps(per_token, scored)
+
+
+def pair_logps(pairs, params, hparams, context, pad_id, batch_size=8):
+    """log π of each pair's chosen and rejected completions, batch_size pairs a forward pass (the forward
+    only: the reference's, computed once for each pair; a policy's, to judge it). -> [n, 2]"""
+    out = []
+    for i in range(0, len(pairs), batch_size):
+        logps = completion_logps(*pair_batch(pairs[i:i + batch_size], context, pad_id), params, hparams)
+        out.append(np.stack(np.split(logps, 2), axis=1))
+    return np.concatenate(out) if out else np.zeros((0, 2), np.float32)
+
+
+def pair_lengths(pairs, context):
+    """Each pair's chosen and rejected completion tokens once cut to the context (sigmoid_norm's n). -> [n, 2]"""
+    return np.array([[min(len(p) + len(completion), context) - len(p) for completion in (chosen, rejected)]
+                     for p, chosen, rejected in pairs], np.int64).reshape(-1, 2)
+
+
+def as_rows(per_pair):
+    """[n, 2] (chosen, rejected) -> [2n]: the n chosen, then the n rejected, as a batch's rows are."""
+    return np.concatenate([per_pair[:, 0], per_pair[:, 1]])
 
 
 # ============================================================================
@@ -172,6 +194,11 @@ def dpo_loss(logps, ref_logps, lengths, beta, loss_type="sigmoid"):
                "rewards/margins": float(np.mean(rewards[:P] - rewards[P:])),
                "logps/chosen": float(logps[:P].mean()), "logps/rejected": float(logps[P:].mean())}
     return metrics["loss"], weights.astype(np.float32), metrics
+
+
+def pairs_metrics(logps, ref_logps, lengths, beta, loss_type="sigmoid"):
+    """TRL's metrics over many pairs, each [n, 2] (pair_logps, pair_lengths): the mean over all of them."""
+    return dpo_loss(as_rows(logps), as_rows(ref_logps), as_rows(lengths), beta, loss_type)[2]
 
 
 def completion_lengths(mask):

@@ -11,7 +11,8 @@ one, or the run saved in --out; every weight trained, or LoRA's adapters beside 
 
 The data is documents (a .txt file, a folder of them, a .jsonl of {"text": ...}), each followed
 by <|endoftext|> so that a model learns to stop; or instruction data (a .jsonl of {"prompt":
-..., "response": ...}), where the loss counts only the response and its <|endoftext|>.
+..., "response": ...}), where the loss counts only the response and its <|endoftext|>; or preference
+pairs (a .jsonl of {"prompt", "chosen", "rejected"}), which train by DPO (dpo.py, --beta).
 
 From scratch, bpe.py first learns a vocabulary from the training part of the text (or
 --tokenizer reuses one), initialise.py gives the weights GPT-2's initialisation, and the
@@ -37,6 +38,7 @@ import numpy as np
 
 from backward import IGNORE, loss_and_grads
 import bpe
+import dpo
 from gpt2_numpy import generate, gpt2, next_token_loss
 from initialise import init_params
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate, new_adamw_state
@@ -52,6 +54,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "data", "tinyshakespeare.txt")  # --from-scratch's text when no --data is given
 CONTEXT = 256  # tokens a training window holds, unless the recipe says or the model has fewer positions
 
+LOG_FILE = "train_log.jsonl"  # a JSON object for each step, and for each validation: what the lessons draw
 STATE_FILE = "train_state.npz"  # the optimizer's moments and the step count, beside the checkpoint (no pickle)
 CONFIG_FILE = "train_config.json"  # the run's flags, which --resume reads back
 
@@ -220,6 +223,73 @@ def example_batch(rows, batch_size, rng):
     return x, y
 
 
+# Preference data: each pair is its prompt's, chosen and rejected completions' ids (dpo.pair_ids), and
+# the reference's log-probabilities of its two completions, computed once for the pair at the start
+# (TRL's precompute_ref_log_probs): the reference is frozen, so every step would compute the same.
+
+PREFERENCE = {"beta": 0.1, "loss_type": "sigmoid", "reference": None}  # dpo.py's settings: --beta, --dpo-loss, ...
+
+
+def is_preference_data(paths):
+    """Whether the data is preference pairs: a .jsonl whose first line has dpo.FIELDS' keys."""
+    firsts = [item for path in paths if corpus.is_jsonl(path) for _, item in corpus.jsonl_objects(path, limit=1)]
+    return any(all(key in item for key in dpo.FIELDS) for item in firsts)
+
+
+def preference_pairs(encoder, pairs, val_fraction, context):
+    """[(prompt, chosen, rejected)] -> (training pairs, validation pairs, how many were dropped), each
+    pair its ids; the last held_out_count pairs are held out, and a pair whose prompt alone fills the
+    context is dropped (dpo.tokenized_pairs)."""
+    held = held_out_count([sum(map(len, pair)) for pair in pairs], val_fraction)
+    if val_fraction and not held:
+        raise UserError("one pair leaves none to hold out for validation: give more, or --val-fraction 0")
+    train_pairs, dropped = dpo.tokenized_pairs(encoder, pairs[:len(pairs) - held], context)
+    val_pairs, val_dropped = dpo.tokenized_pairs(encoder, pairs[len(pairs) - held:], context)
+    if not train_pairs:
+        raise UserError(f"every training pair's prompt fills --context {context}: none is left to learn from")
+    return train_pairs, val_pairs, dropped + val_dropped
+
+
+def with_reference(pairs, reference, hparams, context, encoder, preference, batch_size):
+    """Preference pairs as a run holds them: {"pairs", "ref" [n, 2] (the reference's log-probabilities of
+    each pair's chosen and rejected completions), "lengths" [n, 2], "beta", "loss_type", "pad_id"
+    (<|endoftext|>, GPT-2's pad as TRL's collator takes it: a pad carries no loss)}."""
+    ref = dpo.pair_logps(pairs, reference, hparams, context, encoder.eot, batch_size)
+    return {"pairs": pairs, "ref": ref, "lengths": dpo.pair_lengths(pairs, context), "beta": preference["beta"],
+            "loss_type": preference["loss_type"], "pad_id": encoder.eot}
+
+
+def reference_model(preference, start, hparams, encoder, start_folder=None):
+    """DPO's reference: the model preference["reference"] names (a folder, or a function that gives one),
+    else start_folder's (a resumed run's starting model), else start, the starting model itself (for LoRA,
+    the base weights, the adapters off: no second copy). It must share the vocabulary and the context."""
+    folder = preference["reference"] or start_folder
+    if folder is None:
+        return start
+    folder = folder() if callable(folder) else folder
+    ref_hparams, ref_params = load_weights(folder)
+    theirs = bpe.get_encoder(folder)
+    if (ref_hparams["n_vocab"], ref_hparams["n_ctx"]) != (hparams["n_vocab"], hparams["n_ctx"]) or \
+            theirs.encoder != encoder.encoder or theirs.ranks != encoder.ranks:
+        other = ", and other tokens" if theirs.encoder != encoder.encoder or theirs.ranks != encoder.ranks else ""
+        raise UserError(f"--reference {folder} must have the trained model's vocabulary and context ("
+                        f"{hparams['n_vocab']:,} ids, {hparams['n_ctx']} positions; it has {ref_hparams['n_vocab']:,} "
+                        f"and {ref_hparams['n_ctx']}{other})")
+    return ref_params
+
+
+def is_pairs(data):
+    return isinstance(data, dict) and "pairs" in data
+
+
+def preference_grads(data, picks, params, hparams, recipe, rng, frozen):
+    """A micro-batch of pairs (their indices, picks) -> (loss, grads, TRL's metrics): dpo.loss_and_grads,
+    with the reference's log-probabilities computed at the start."""
+    ids, mask = dpo.pair_batch([data["pairs"][i] for i in picks], recipe["context"], data["pad_id"])
+    return dpo.loss_and_grads(ids, mask, dpo.as_rows(data["ref"][picks]), params, hparams, data["beta"],
+                              data["loss_type"], recipe["dropout"], rng, frozen)
+
+
 def training_batch(data, batch_size, context, rng):
     """A micro-batch of the data: windows of a token stream (batch), or instruction rows (example_batch)."""
     if isinstance(data, np.ndarray):
@@ -248,20 +318,26 @@ def accumulate(total, grads):
 
 
 def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
-    """One step: the gradients of recipe["accum"] micro-batches of the data, clipping, AdamW. -> the mean
-    loss. recipe: RECIPE's settings (recipe_with); the batches and the dropout depend on its seed and the
+    """One step: the gradients of recipe["accum"] micro-batches of the data, clipping, AdamW. -> the step's
+    metrics, their means over the micro-batches: {"loss"}, and for preference pairs TRL's (dpo.METRICS).
+    recipe: RECIPE's settings (recipe_with); the batches and the dropout depend on its seed and the
     step only, so a resumed run is the same run. buffers: a dict whose big arrays are made once and reused
     (backward.loss_and_grads); adapters: a LoRA run's (inside params' layers, with_adapters), the only
     tensors trained; None: every parameter is."""
     accum, lr = recipe["accum"], recipe["lr"]
     rng = np.random.default_rng([recipe["seed"], step])
-    total, loss = None, 0.0
+    total, metrics = None, {}
     for _ in range(accum):
-        x, y = training_batch(data, recipe["batch_size"], recipe["context"], rng)
-        micro, grads = loss_and_grads(x, y, params, hparams, recipe["dropout"], rng, buffers,
-                                      frozen=adapters is not None)
+        if is_pairs(data):  # a batch never holds one pair twice
+            picks = rng.permutation(len(data["pairs"]))[:recipe["batch_size"]]
+            _, grads, micro = preference_grads(data, picks, params, hparams, recipe, rng, adapters is not None)
+        else:
+            x, y = training_batch(data, recipe["batch_size"], recipe["context"], rng)
+            loss, grads = loss_and_grads(x, y, params, hparams, recipe["dropout"], rng, buffers,
+                                         frozen=adapters is not None)
+            micro = {"loss": loss}
         total = grads if accum == 1 else accumulate(total, grads)
-        loss += micro / accum
+        metrics = {k: metrics.get(k, 0.0) + v / accum for k, v in micro.items()}
     if accum > 1:
         for a in shapes.flatten(total).values():
             a /= accum
@@ -269,7 +345,7 @@ def train_step(params, hparams, state, data, step, recipe, buffers=None, adapter
     rate = learning_rate(step, lr, recipe["warmup"], recipe["steps"], lr * recipe["min_lr_ratio"])
     adamw_step_fast(params if adapters is None else adapters, total, state, rate, beta2=recipe["beta2"],
                     weight_decay=recipe["weight_decay"], grad_scale=scale)
-    return loss
+    return metrics
 
 
 # ============================================================================
@@ -488,7 +564,8 @@ def lora_adapters(params, lora, seed, saved=None):
     return found
 
 
-def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False, vocab_dir=None, quiet=False):
+def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False, vocab_dir=None, quiet=False,
+           preference=None):
     """Where a run's params and state come from. -> the run, as train takes it: {"params", "hparams",
     "encoder", "state", "train_data", "val_data", "recipe", "vocab_dir", "lora"}.
 
@@ -499,8 +576,12 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
     adapter saved in out). lora: {"rank", "alpha" (None: the rank), "targets", "base" (its name, for
     PEFT's config)} trains adapters beside the frozen weights; None: every weight. data: the text's
     paths (None: CORPUS). recipe: recipe_with's; a context of None is worked out here (with_context).
-    Everything is checked before a weight is made or copied."""
-    documents, examples = corpus.read_corpus(data or [CORPUS])
+    preference: PREFERENCE's settings, for preference data (None: its defaults). Everything is checked
+    before a weight is made or copied."""
+    pairs = dpo.read_pairs(data[0]) if data and is_preference_data(data) else None
+    documents, examples = corpus.read_corpus(data or [CORPUS]) if pairs is None else (None, None)
+    if pairs is not None and new and not resume:
+        raise UserError("DPO tunes a model against a reference: give --model, not --from-scratch")
     if new and not resume:
         recipe = recipe | {"context": recipe["context"] or CONTEXT}
         vocab_dir, encoder, hparams = new_model(new, documents, recipe, vocab_dir, quiet)
@@ -508,8 +589,18 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
         vocab_dir = out if resume and not lora else base() if callable(base) else base  # LoRA's out: merged
         encoder, hparams, params = saved_model(vocab_dir, out)
         recipe = with_context(recipe, hparams)
-    train_data, val_data = split_data(encoder, documents, examples, recipe)
-    check_run(hparams, recipe, lora, available_memory())
+    if pairs is None:
+        train_data, val_data = split_data(encoder, documents, examples, recipe)
+        check_run(hparams, recipe, lora, available_memory())
+    else:
+        train_data, val_data, dropped = preference_pairs(encoder, pairs, recipe["val_fraction"], recipe["context"])
+        print(f"preference data: {len(pairs):,} pairs, {len(val_data):,} held out for validation; {dropped:,} dropped "
+              f"(the prompt alone fills --context {recipe['context']})")
+        check_run(hparams, recipe | {"batch_size": 2 * recipe["batch_size"]}, lora, available_memory())  # 2 rows a pair
+        preference = PREFERENCE | (preference or {})
+        reference = reference_model(preference, params, hparams, encoder, base if resume and not lora else None)
+        train_data, val_data = (with_reference(part, reference, hparams, recipe["context"], encoder, preference,
+                                               recipe["batch_size"]) for part in (train_data, val_data))
     if new and not resume:  # its weights are made once the run is known to fit
         print(parameter_table(hparams))  # even with --quiet: what is being trained
         params = init_params(hparams, recipe["seed"])
@@ -522,7 +613,8 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
     trained = lora["adapters"] if lora else params
     state = load_state(out, trained) if resume else new_adamw_state(trained)
     return {"params": params, "hparams": hparams, "encoder": encoder, "state": state, "train_data": train_data,
-            "val_data": val_data, "recipe": recipe, "vocab_dir": vocab_dir, "lora": lora}
+            "val_data": val_data, "recipe": recipe, "vocab_dir": vocab_dir, "lora": lora,
+            "log": read_log(out, state["step"]) if resume else []}
 
 
 # ============================================================================
@@ -543,11 +635,15 @@ def train(run, out, config, quiet=False):
         for step in range(first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
             start = time.perf_counter()
             with ctrl_c_waits():  # a save after Ctrl-C holds whole steps, so --resume is the same run
-                loss = train_step(params, hparams, state, train_data, step - 1, recipe, buffers,
-                                  lora and lora["adapters"])
+                metrics = train_step(params, hparams, state, train_data, step - 1, recipe, buffers,
+                                     lora and lora["adapters"])
+            loss = metrics["loss"]
+            run["log"].append({"step": step, "lr": step_rate(step - 1, recipe)} | metrics)
             bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
             bar.update(1)
-            if step % recipe["eval_every"] == 0 or step == steps:
+            if (step % recipe["eval_every"] == 0 or step == steps) and is_pairs(train_data):
+                bar.write(preference_report(step, metrics, run))
+            elif step % recipe["eval_every"] == 0 or step == steps:
                 bar.write(report(step, loss, params, hparams, run["val_data"], recipe["context"]))
             if step % recipe["sample_every"] == 0:
                 bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
@@ -563,6 +659,25 @@ def train(run, out, config, quiet=False):
         return 130
     bar.close()
     return 0
+
+
+def step_rate(step, recipe):
+    """The learning rate of step `step` (from 0), as train_step takes it."""
+    return learning_rate(step, recipe["lr"], recipe["warmup"], recipe["steps"], recipe["lr"] * recipe["min_lr_ratio"])
+
+
+def preference_report(step, metrics, run):
+    """`step 50: loss 0.5123, rewards/chosen 0.21, ...; validation: loss ...`, TRL's metrics for the step's
+    pairs and for every validation pair (their means); the validation's go into run["log"] too, as val_<name>."""
+    text = f"step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+    data = run["val_data"]
+    if len(data["pairs"]):
+        logps = dpo.pair_logps(data["pairs"], run["params"], run["hparams"], run["recipe"]["context"],
+                               data["pad_id"], run["recipe"]["batch_size"])
+        val = dpo.pairs_metrics(logps, data["ref"], data["lengths"], data["beta"], data["loss_type"])
+        run["log"].append({"step": step} | {f"val_{k}": v for k, v in val.items()})
+        text += "; validation: " + ", ".join(f"{k} {v:.4g}" for k, v in val.items())
+    return text
 
 
 def report(step, loss, params, hparams, val_ids, context):
@@ -607,11 +722,20 @@ def save(folder, run, config):
     state, lora, params = run["state"], run["lora"], run["params"]
     moments = {f"m/{k}": a for k, a in state["m"].items()} | {f"v/{k}": a for k, a in state["v"].items()}
     extra = {STATE_FILE: lambda f: np.savez(f, step=np.int64(state["step"]), **moments),  # streamed, not copied
-             CONFIG_FILE: json.dumps(config, indent=1).encode()}
+             CONFIG_FILE: json.dumps(config, indent=1).encode(),
+             LOG_FILE: "".join(json.dumps(record) + "\n" for record in run["log"]).encode()}
     if lora:
         extra |= peft_adapter.adapter_files(lora["adapters"], lora["alpha"], lora["targets"], lora["base"])
         params = merged_model(params)
     write_checkpoint(folder, params, run["hparams"], vocab_dir=run["vocab_dir"], extra=extra)
+
+
+def read_log(folder, step):
+    """The records of train_log.jsonl in folder up to step (a resumed run goes on from the save), or none."""
+    path = os.path.join(folder, LOG_FILE)
+    if not os.path.exists(path):
+        return []
+    return [item for _, item in corpus.jsonl_objects(path) if item["step"] <= step]
 
 
 def load_state(folder, params):

@@ -34,7 +34,7 @@ def test_a_step_accumulating_two_micro_batches_in_reused_buffers(models):
     ids = np.random.default_rng(0).integers(0, hp["n_vocab"], 200)
     a, b = train.writable_copy(params), train.writable_copy(params)
     sa, sb = optimizer.new_adamw_state(a), optimizer.new_adamw_state(b)
-    loss = train.train_step(a, hp, sa, ids, 4, recipe, {})
+    loss = train.train_step(a, hp, sa, ids, 4, recipe, {})["loss"]
     rng = np.random.default_rng([3, 4])
     runs = [backward.loss_and_grads(*train.batch(ids, 2, 8, rng), b, hp) for _ in range(2)]
     mean = {k: (x + shapes.flatten(runs[1][1])[k]) / 2 for k, x in shapes.flatten(runs[0][1]).items()}
@@ -78,7 +78,8 @@ def test_fine_tuning_end_to_end_then_generating_from_it(tiny_model, corpus, tmp_
     lines = [line for line in r.stdout.splitlines() if "validation loss" in line]
     assert len(lines) == 2 and "step 12 sample:" in r.stdout
     assert sorted(os.listdir(out)) == ["checkpoint", "encoder.json", "hparams.json", "model.ckpt.data-00000-of-00001",
-                                       "model.ckpt.index", "train_config.json", "train_state.npz", "vocab.bpe"]
+                                       "model.ckpt.index", "train_config.json", "train_log.jsonl", "train_state.npz",
+                                       "vocab.bpe"]
     g2 = subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), "--model", str(out), "the cat",
                          "--n-tokens", "5", "--quiet"], capture_output=True, text=True)
     assert g2.returncode == 0 and g2.stdout.startswith("the cat")
@@ -529,7 +530,8 @@ def test_a_step_and_the_validation_use_the_models_layer_norm_eps():
     recipe = train.recipe_with(steps=10, batch_size=2, context=8, lr=1e-3, warmup=0)
     x, y = train.batch(ids, 2, 8, np.random.default_rng([0, 0]))  # the step's batch: seeded by (seed, step)
     want = backward.loss_and_grads(x, y, train.writable_copy(params), hp)[0]
-    got = train.train_step(train.writable_copy(params), hp, optimizer.new_adamw_state(params), ids, 0, recipe)
+    got = train.train_step(train.writable_copy(params), hp, optimizer.new_adamw_state(params), ids, 0,
+                           recipe)["loss"]
     assert got == pytest.approx(want, rel=1e-6)
     assert got != pytest.approx(backward.loss_and_grads(x, y, train.writable_copy(params), gpt2s_eps)[0], rel=1e-6)
     val = train.validation_loss(params, hp, ids, 8)

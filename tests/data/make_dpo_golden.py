@@ -92,7 +92,8 @@ def grads_of(model, hp, ids, rng):
     out = {f"grad/{ours}": params[theirs].grad.numpy().copy() for ours, theirs in our_names(hp["n_layer"]).items()}
     wte = params["transformer.wte.weight"].grad.numpy()
     rows = np.union1d(ids.ravel(), rng.choice(hp["n_vocab"], 32, replace=False))
-    return out | {"grad/wte/rows": rows, "grad/wte/grad_rows": wte[rows], "grad/wte/norm": np.float32(np.linalg.norm(wte))}
+    norm = np.float32(np.linalg.norm(wte))
+    return out | {"grad/wte/rows": rows, "grad/wte/grad_rows": wte[rows], "grad/wte/norm": norm}
 
 
 def lora_grads(model):
