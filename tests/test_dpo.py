@@ -115,7 +115,7 @@ def test_the_loss_every_metric_and_every_gradient_are_trls(tiny, batch, case):
     ids, mask = batch
     policy, reference = (lora_params(params), params) if kind == "lora" else (
         params, reference_params(params) if kind == "ref" else params)
-    ref_logps = dpo.reference_logps(ids, mask, reference, hp)
+    ref_logps = dpo.completion_logps(ids, mask, reference, hp)
     loss, grads, metrics = dpo.loss_and_grads(ids, mask, ref_logps, policy, hp, BETA, loss_type,
                                               frozen=kind == "lora")
     assert set(metrics) == set(dpo.METRICS)
@@ -136,7 +136,7 @@ def test_at_the_start_the_loss_is_log_2_and_no_pair_counts_as_won(tiny, batch):
     """Policy = reference: every δ is 0, σ(0) = 1/2; accuracies count chosen > rejected strictly, so 0."""
     hp, params = tiny
     ids, mask = batch
-    _, _, metrics = dpo.loss_and_grads(ids, mask, dpo.reference_logps(ids, mask, params, hp), params, hp, BETA)
+    _, _, metrics = dpo.loss_and_grads(ids, mask, dpo.completion_logps(ids, mask, params, hp), params, hp, BETA)
     assert abs(metrics["loss"] - np.log(2)) < 1e-7 and metrics["rewards/accuracies"] == 0.0
 
 
