@@ -158,6 +158,15 @@ def as_rows(per_pair):
     return np.concatenate([per_pair[:, 0], per_pair[:, 1]])
 
 
+def check_reference(hparams, encoder, ref_hparams, ref_encoder, name):
+    """A reference must read the same ids in the same context as the policy: else a UserError naming it."""
+    other = ref_encoder.encoder != encoder.encoder or ref_encoder.ranks != encoder.ranks
+    if (ref_hparams["n_vocab"], ref_hparams["n_ctx"]) != (hparams["n_vocab"], hparams["n_ctx"]) or other:
+        raise UserError(f"--reference {name} must have the trained model's vocabulary and context ("
+                        f"{hparams['n_vocab']:,} ids, {hparams['n_ctx']} positions; it has {ref_hparams['n_vocab']:,} "
+                        f"and {ref_hparams['n_ctx']}{', and other tokens' if other else ''})")
+
+
 # ============================================================================
 # 3. The loss, its weight for each sequence, and TRL's metrics
 # ============================================================================
@@ -199,6 +208,14 @@ def dpo_loss(logps, ref_logps, lengths, beta, loss_type="sigmoid"):
 def pairs_metrics(logps, ref_logps, lengths, beta, loss_type="sigmoid"):
     """TRL's metrics over many pairs, each [n, 2] (pair_logps, pair_lengths): the mean over all of them."""
     return dpo_loss(as_rows(logps), as_rows(ref_logps), as_rows(lengths), beta, loss_type)[2]
+
+
+def judge(pairs, policy, reference, hparams, context, pad_id, beta, loss_type="sigmoid", batch_size=8):
+    """How a tuned model (policy) prefers the pairs (pair_ids'), against the reference: TRL's metrics over
+    them all, and "pairs", how many. The forward pass only, batch_size pairs at a time."""
+    logps, ref_logps = (pair_logps(pairs, params, hparams, context, pad_id, batch_size)
+                        for params in (policy, reference))
+    return {"pairs": len(pairs)} | pairs_metrics(logps, ref_logps, pair_lengths(pairs, context), beta, loss_type)
 
 
 def completion_lengths(mask):

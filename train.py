@@ -268,13 +268,7 @@ def reference_model(preference, start, hparams, encoder, start_folder=None):
         return start
     folder = folder() if callable(folder) else folder
     ref_hparams, ref_params = load_weights(folder)
-    theirs = bpe.get_encoder(folder)
-    if (ref_hparams["n_vocab"], ref_hparams["n_ctx"]) != (hparams["n_vocab"], hparams["n_ctx"]) or \
-            theirs.encoder != encoder.encoder or theirs.ranks != encoder.ranks:
-        other = ", and other tokens" if theirs.encoder != encoder.encoder or theirs.ranks != encoder.ranks else ""
-        raise UserError(f"--reference {folder} must have the trained model's vocabulary and context ("
-                        f"{hparams['n_vocab']:,} ids, {hparams['n_ctx']} positions; it has {ref_hparams['n_vocab']:,} "
-                        f"and {ref_hparams['n_ctx']}{other})")
+    dpo.check_reference(hparams, encoder, ref_hparams, bpe.get_encoder(folder), folder)
     return ref_params
 
 

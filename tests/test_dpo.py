@@ -3,14 +3,17 @@ the loss, every metric and every gradient for both loss types, with the starting
 --reference model, and LoRA (whose reference is the base); sigmoid_norm is Raschka's per-token average."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import dpo
 import train
-from conftest import DATA
+from conftest import DATA, ROOT
 from plumbing import shapes
+from plumbing.checkpoint import write_checkpoint
 from plumbing.errors import UserError
 
 with open(os.path.join(DATA, "dpo_golden.json"), encoding="utf-8") as f:
@@ -180,3 +183,48 @@ def test_log_sigmoid_does_not_overflow():
 def test_an_unknown_loss_type_is_refused():
     with pytest.raises(ValueError, match="unknown DPO loss 'hinge'"):
         dpo.dpo_loss([0.0, 0.0], [0.0, 0.0], [1, 1], BETA, "hinge")
+
+
+# --- judging a tuned model: evaluate.py preference -------------------------------------------
+
+def run_evaluate(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "preference", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def reference_folder(tiny, tiny_model, tmp_path_factory):
+    hp, params = tiny
+    return write_checkpoint(str(tmp_path_factory.mktemp("ref") / "ref"), reference_params(params), hp,
+                            vocab_dir=tiny_model)
+
+
+@pytest.mark.parametrize("loss_type, case", [("sigmoid", "ref"), ("sigmoid_norm", "ref_norm")])
+def test_evaluate_preference_gives_trls_metrics_and_drops_what_training_drops(tiny_model, reference_folder,
+                                                                              tmp_path, loss_type, case):
+    data = tmp_path / "p.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in GOLDEN["pairs"]), encoding="utf-8")
+    r = run_evaluate(str(data), "--model", tiny_model, "--reference", reference_folder, "--beta", str(BETA),
+                     "--dpo-loss", loss_type, "--json", "--quiet")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert list(result) == ["pairs", *dpo.METRICS, "dropped"] and (result["pairs"], result["dropped"]) == (5, 1)
+    assert r.stderr == "note: 1 of 6 pairs dropped: the prompt alone fills the model's 64 positions\n"
+    for name in dpo.METRICS:
+        assert_close(result[name], NUMBERS[f"{case}/{name}"], name)
+
+
+def test_evaluate_preference_refuses_bad_input_in_one_line(tiny, tiny_model, tmp_path):
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps(GOLDEN["pairs"][0]) + "\n", encoding="utf-8")
+    hp, params = tiny
+    short = write_checkpoint(str(tmp_path / "short"), params | {"wpe": params["wpe"][:32]}, hp | {"n_ctx": 32},
+                             vocab_dir=tiny_model)
+    for args, message in (((), "the following arguments are required: --reference"),
+                          (("--reference", tiny_model, "--beta", "0"), "--beta must be above 0, got 0"),
+                          (("--reference", tiny_model, "--dpo-loss", "ipo"), "invalid choice: 'ipo'"),
+                          (("--reference", short), "must have the trained model's vocabulary and context (50,257 "
+                                                   "ids, 64 positions; it has 50,257 and 32)")):
+        r = run_evaluate(str(data), "--model", tiny_model, *args, "--quiet")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+        assert r.stdout == ""
