@@ -75,6 +75,14 @@ def test_with_lora_the_reference_is_the_base_with_the_adapters_off(tiny_model, p
     assert abs(metrics["loss"] - np.log(2)) < 1e-6
 
 
+def test_dpo_with_lora_writes_the_merged_model_and_peft_adapter(tiny_model, prefs, tmp_path):
+    r = run_train(*dpo_args(tiny_model, prefs, tmp_path / "o", "--steps", "2", "--lora-rank", "2"))
+    assert r.returncode == 0, r.stderr
+    assert {"adapter_model.safetensors", "adapter_config.json", "model.ckpt.index"} <= set(os.listdir(tmp_path / "o"))
+    log = train_log(tmp_path / "o")
+    assert log[0]["loss"] == pytest.approx(np.log(2), abs=1e-6) and log[1]["loss"] < log[0]["loss"]
+
+
 def test_validation_pairs_get_their_metrics_in_train_log(tiny_model, tmp_path):
     prefs = write_pairs(tmp_path / "five.jsonl", GOLDEN["pairs"][:5])  # the last, the longest, held out
     args = dpo_args(tiny_model, prefs, tmp_path / "o", "--steps", "2", "--val-fraction", "0.2", "--eval-every", "1",
