@@ -318,7 +318,7 @@ def train_step(params, hparams, state, data, step, recipe, buffers=None, adapter
     step only, so a resumed run is the same run. buffers: a dict whose big arrays are made once and reused
     (backward.loss_and_grads); adapters: a LoRA run's (inside params' layers, with_adapters), the only
     tensors trained; None: every parameter is."""
-    accum, lr = recipe["accum"], recipe["lr"]
+    accum = recipe["accum"]
     rng = np.random.default_rng([recipe["seed"], step])
     total, metrics = None, {}
     for _ in range(accum):
@@ -336,9 +336,8 @@ def train_step(params, hparams, state, data, step, recipe, buffers=None, adapter
         for a in shapes.flatten(total).values():
             a /= accum
     scale = clip_scale(grad_norm(total), recipe["grad_clip"])
-    rate = learning_rate(step, lr, recipe["warmup"], recipe["steps"], lr * recipe["min_lr_ratio"])
-    adamw_step_fast(params if adapters is None else adapters, total, state, rate, beta2=recipe["beta2"],
-                    weight_decay=recipe["weight_decay"], grad_scale=scale)
+    adamw_step_fast(params if adapters is None else adapters, total, state, step_rate(step, recipe),
+                    beta2=recipe["beta2"], weight_decay=recipe["weight_decay"], grad_scale=scale)
     return metrics
 
 
@@ -561,7 +560,8 @@ def lora_adapters(params, lora, seed, saved=None):
 def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False, vocab_dir=None, quiet=False,
            preference=None):
     """Where a run's params and state come from. -> the run, as train takes it: {"params", "hparams",
-    "encoder", "state", "train_data", "val_data", "recipe", "vocab_dir", "lora"}.
+    "encoder", "state", "train_data", "val_data", "recipe", "vocab_dir", "lora", "log" (train_log.jsonl's
+    records so far)}.
 
     The model is new (NEW_MODEL's settings: a vocabulary learned from the training part of the data
     into the folder vocab_dir, or new["tokenizer"]'s; then GPT-2's initialisation); or base, the
