@@ -176,7 +176,7 @@ def memory(args):
     with tempfile.TemporaryDirectory(dir=tmp) as work:
         data = os.path.join(work, "pairs.jsonl")
         with open(data, "w", encoding="utf-8") as f:
-            f.write("".join(json.dumps(p) + "\n" for p in texts(128, 200, 4)))
+            f.write("".join(json.dumps(p) + "\n" for p in texts(128, 200, args.pairs)))
         cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--model", model, "--data", data, "--out",
                os.path.join(work, "out"), "--lora-rank", "8", "--batch-size", "1", "--context", "256", "--steps",
                str(args.steps), "--val-fraction", "0", "--eval-every", str(args.steps), "--quiet"]
@@ -187,8 +187,8 @@ def memory(args):
         seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status):
         sys.exit(f"train.py failed: {err.strip()[-1500:]}")
-    print(f"1558M's shape, LoRA rank 8 on c_attn, 1 pair a step (2 rows of 256 tokens), {args.steps} steps and the "
-          f"save: peak RSS {usage.ru_maxrss / 1024 ** 2:.2f} GB, {seconds:.0f} s in all")
+    print(f"1558M's shape, LoRA rank 8 on c_attn, {args.pairs} pairs, 1 a step (2 rows of 256 tokens), {args.steps} "
+          f"steps and the save: peak RSS {usage.ru_maxrss / 1024 ** 2:.2f} GB, {seconds:.0f} s in all")
     print("  " + "\n  ".join(out.strip().splitlines()[:3]))
 
 
@@ -199,12 +199,13 @@ def main():
     p.add_argument("--contender", choices=CONTENDERS)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, help="steps a process (speed, default 4) or a run (memory, default 2)")
-    p.add_argument("--pairs", type=int, default=4)
+    p.add_argument("--pairs", type=int, help="pairs a step (speed, default 4) or in the data (memory, default 1)")
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tmp", help="memory: where the 6.2 GB checkpoint and the run's output go (default: the system's)")
     args = p.parse_args()
     args.steps = args.steps or (2 if args.part == "memory" else 4)
+    args.pairs = args.pairs or (1 if args.part == "memory" else 4)
     {"speed": speed, "memory": memory, "one": run_one}[args.part](args)
 
 
