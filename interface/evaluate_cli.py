@@ -58,8 +58,7 @@ def parse_args(argv):
     pref.add_argument("--dpo-loss", choices=dpo.LOSSES, default="sigmoid", help="as trained (default: %(default)s)")
     pref.add_argument("--batch-size", type=at_least(1), default=evaluate.BATCH_SIZE, metavar="B",
                       help="at most B pairs in one forward pass (default: %(default)s)")
-    for flag, what in (("--limit", "only the first N pairs"),):
-        pref.add_argument(flag, type=at_least(1), help=what)
+    pref.add_argument("--limit", type=at_least(1), help="only the first N pairs")
     pref.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     pref.add_argument("--quiet", action="store_true", help="no progress display")
     for parser in [p, *commands.choices.values()]:

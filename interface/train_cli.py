@@ -59,8 +59,9 @@ def add_table(p, table, prefix="", what=""):
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on documents or instruction "
-                                                             "data, or train one from nothing (--from-scratch).",
+    p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on documents, instruction "
+                                                             "data or preference pairs (DPO), or train one from "
+                                                             "nothing (--from-scratch).",
                                 formatter_class=DefaultsHelp, allow_abbrev=False)
     model_flags(p)
     p.add_argument("--data", help="documents: a UTF-8 .txt file, a folder of them, or a .jsonl of {\"text\": ...} "
