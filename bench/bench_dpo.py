@@ -70,8 +70,8 @@ def ours(args):
         if step == 0:
             data = {"pairs": pairs, "ref": ref, "lengths": dpo.pair_lengths(pairs, args.context), "beta": 0.1,
                     "loss_type": "sigmoid", "pad_id": encoder.eot}
-            state, recipe = optimizer.new_adamw_state(params), train.recipe_with(
-                steps=args.steps, batch_size=args.pairs, context=args.context, warmup=0)
+            state, recipe = optimizer.new_adamw_state(params), train.recipe_with(  # TRL's rate, 1e-6
+                steps=args.steps, batch_size=args.pairs, context=args.context, warmup=0, lr=1e-6)
         t = time.perf_counter()
         train.train_step(params, hp, state, data, step, recipe, {})
         times["step"].append(time.perf_counter() - t)
