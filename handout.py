@@ -173,6 +173,10 @@ EXERCISES = {
     38: ("an SAE's backward",
          [("sae.py", "sae_backward", "test_the_backward_matches_finite_differences")],
          ["test_every_gradient_equals_saelens", "test_a_few_training_steps_equal_saelens_trainer"], "sae"),
+    39: ("the DPO loss and its weight for each sequence",
+         [("dpo.py", "dpo_loss", "test_each_sequences_weight_is_minus_the_losss_derivative_by_its_logp")],
+         ["test_sigmoid_norm_is_raschkas_per_token_average", "test_the_loss_every_metric_and_every_gradient_are_trls"],
+         "dpo"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -183,6 +187,7 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "perplexity": "python evaluate.py perplexity FILE", "lambada": "python evaluate.py lambada FILE",
          "instruction": "python train.py --data PAIRS.jsonl (instruction data)",
          "lora": "python train.py --lora-rank R",
+         "dpo": "python train.py --data PREFS.jsonl (preference pairs, DPO)",
          "repetition": 'python gpt2_numpy.py --greedy --repetition-penalty 1.1 "prompt"',
          "ngrams": 'python gpt2_numpy.py --greedy --no-repeat-ngram-size 2 "prompt"',
          "beams": 'python gpt2_numpy.py --num-beams 3 "prompt"',
@@ -204,6 +209,7 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
          "perplexity": (1, 2, 3, 5, 9, 10, 11, 12, 22), "lambada": (1, 2, 3, 5, 9, 10, 11, 12, 23),
          "instruction": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
          "lora": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 25, 26),
+         "dpo": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 19, 39),
          "repetition": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 31), "ngrams": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 32),
          "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33),
          "circuits": (1, 2, 3, 9, 10, 11, 12, 27), "patch": (1, 2, 3, 9, 10, 11, 12, 27, 28),

@@ -12,7 +12,8 @@ one, or the run saved in --out; every weight trained, or LoRA's adapters beside 
 The data is documents (a .txt file, a folder of them, a .jsonl of {"text": ...}), each followed
 by <|endoftext|> so that a model learns to stop; or instruction data (a .jsonl of {"prompt":
 ..., "response": ...}), where the loss counts only the response and its <|endoftext|>; or labelled
-texts ({"text": ..., "label": ...}), which train a classifier (classify.py). Each kind is a line of
+texts ({"text": ..., "label": ...}), which train a classifier (classify.py); or preference pairs
+({"prompt", "chosen", "rejected"}), which train by DPO (dpo.py, --beta). Each kind is a line of
 DATA_KINDS; examples are visited an epoch at a time, and OUT/train_log.jsonl logs every step.
 
 From scratch, bpe.py first learns a vocabulary from the training part of the text (or
@@ -45,6 +46,7 @@ import numpy as np
 from backward import IGNORE, loss_and_grads
 import bpe
 import classify
+import dpo
 from gpt2_numpy import generate, gpt2, next_token_loss
 from initialise import init_params
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate, new_adamw_state
@@ -60,6 +62,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "data", "tinyshakespeare.txt")  # --from-scratch's text when no --data is given
 CONTEXT = 256  # tokens a training window holds, unless the recipe says or the model has fewer positions
 
+LOG_FILE = "train_log.jsonl"  # a JSON object for each step, and for each validation: what the lessons draw
 STATE_FILE = "train_state.npz"  # the optimizer's moments and the step count, beside the checkpoint (no pickle)
 CONFIG_FILE = "train_config.json"  # the run's flags, which --resume reads back
 LOG_FILE = "train_log.jsonl"  # a line for each step, {"step", "lr", "loss", ...}, and each validation, {"step", "val_loss", ...}
@@ -315,6 +318,13 @@ def labelled_split(encoder, documents, examples, recipe, head):
     return train_rows, val_rows, {"labels": labels, "pad_id": head["pad_id"] if head else encoder.eot}
 
 
+def preference_split(encoder, documents, examples, recipe, head):
+    train_pairs, val_pairs, dropped = preference_pairs(encoder, examples, recipe["val_fraction"], recipe["context"])
+    print(f"preference data: {plural(len(examples), 'pair', ',')}, {len(val_pairs):,} held out for validation; "
+          f"{dropped:,} dropped (the prompt alone fills --context {recipe['context']})")
+    return train_pairs, val_pairs, {}  # set_up adds the reference's log-probabilities (with_reference)
+
+
 def window_batch(data, recipe, micro, rng):
     return batch(data["rows"], recipe["batch_size"], recipe["context"], rng)
 
@@ -328,6 +338,10 @@ def classifier_batch(data, recipe, micro, rng):
     return labelled_batch(data["rows"], picks, data["pad_id"])
 
 
+def pair_picks(data, recipe, micro, rng):
+    return epoch_picks(len(data["rows"]), recipe["batch_size"], recipe["seed"], micro)
+
+
 def token_loss(batch, params, hparams, data, recipe, rng, buffers, frozen):
     loss, grads = loss_and_grads(*batch, params, hparams, recipe["dropout"], rng, buffers, frozen=frozen)
     return loss, grads, {}
@@ -337,6 +351,14 @@ def label_loss(batch, params, hparams, data, recipe, rng, buffers, frozen):
     loss, grads, accuracy = classify.classifier_loss_and_grads(*batch, params, hparams, data["pad_id"],
                                                                recipe["dropout"], rng, frozen)
     return loss, grads, {"accuracy": accuracy}
+
+
+def preference_loss(picks, params, hparams, data, recipe, rng, buffers, frozen):
+    """dpo.loss_and_grads on the pairs picked, with the reference's log-probabilities of the start."""
+    ids, mask = dpo.pair_batch([data["rows"][i] for i in picks], recipe["context"], data["pad_id"])
+    _, grads, metrics = dpo.loss_and_grads(ids, mask, dpo.as_rows(data["ref"][picks]), params, hparams, data["beta"],
+                                           data["loss_type"], recipe["dropout"], rng, frozen)
+    return metrics["loss"], grads, {k: v for k, v in metrics.items() if k != "loss"}
 
 
 def token_validation(params, hparams, data, recipe):
@@ -354,13 +376,64 @@ def label_validation(params, hparams, data, recipe, batch_size=8):
     return {"loss": sum(losses) / len(rows), "accuracy": right / len(rows)}
 
 
+def preference_validation(params, hparams, data, recipe):
+    """TRL's metrics over every validation pair (the forward pass only)."""
+    logps = dpo.pair_logps(data["rows"], params, hparams, recipe["context"], data["pad_id"], recipe["batch_size"])
+    return dpo.pairs_metrics(logps, data["ref"], data["lengths"], data["beta"], data["loss_type"])
+
+
 DATA_KINDS = {  # kind: its split, its micro-batch, its loss and gradients, its validation
     "documents": {"split": document_split, "batch": window_batch, "loss": token_loss, "validate": token_validation},
     "instruction": {"split": instruction_split, "batch": instruction_batch, "loss": token_loss,
                     "validate": token_validation},
     "labelled": {"split": labelled_split, "batch": classifier_batch, "loss": label_loss,
                  "validate": label_validation},
+    "preference": {"split": preference_split, "batch": pair_picks, "loss": preference_loss,
+                   "validate": preference_validation},
 }
+
+
+# Preference data: each pair is its prompt's, chosen and rejected completions' ids (dpo.pair_ids), and
+# the reference's log-probabilities of its two completions, computed once for the pair at the start
+# (TRL's precompute_ref_log_probs): the reference is frozen, so every step would compute the same.
+
+PREFERENCE = {"beta": 0.1, "loss_type": "sigmoid", "reference": None}  # dpo.py's settings: --beta, --dpo-loss, ...
+
+
+def preference_pairs(encoder, pairs, val_fraction, context):
+    """[(prompt, chosen, rejected)] -> (training pairs, validation pairs, how many were dropped), each
+    pair its ids; the last held_out_count pairs are held out, and a pair whose prompt alone fills the
+    context is dropped (dpo.tokenized_pairs)."""
+    held = held_out_count([sum(map(len, pair)) for pair in pairs], val_fraction)
+    if val_fraction and not held:
+        raise UserError("one pair leaves none to hold out for validation: give more, or --val-fraction 0")
+    train_pairs, dropped = dpo.tokenized_pairs(encoder, pairs[:len(pairs) - held], context)
+    val_pairs, val_dropped = dpo.tokenized_pairs(encoder, pairs[len(pairs) - held:], context)
+    if not train_pairs:
+        raise UserError(f"every training pair's prompt fills --context {context}: none is left to learn from")
+    return train_pairs, val_pairs, dropped + val_dropped
+
+
+def with_reference(data, reference, hparams, context, encoder, preference, batch_size):
+    """Preference pairs as a run holds them: data ({"kind", "rows": the pairs}) with "ref" [n, 2] (the
+    reference's log-probabilities of each pair's chosen and rejected completions), "lengths" [n, 2],
+    "beta", "loss_type", "pad_id" (<|endoftext|>, GPT-2's pad as TRL's collator takes it: a pad carries no loss)."""
+    ref = dpo.pair_logps(data["rows"], reference, hparams, context, encoder.eot, batch_size)
+    return data | {"ref": ref, "lengths": dpo.pair_lengths(data["rows"], context), "beta": preference["beta"],
+                   "loss_type": preference["loss_type"], "pad_id": encoder.eot}
+
+
+def reference_model(preference, start, hparams, encoder, start_folder=None):
+    """DPO's reference: the model preference["reference"] names (a folder, or a function that gives one),
+    else start_folder's (a resumed run's starting model), else start, the starting model itself (for LoRA,
+    the base weights, the adapters off: no second copy). It must share the vocabulary and the context."""
+    folder = preference["reference"] or start_folder
+    if folder is None:
+        return start
+    folder = folder() if callable(folder) else folder
+    ref_hparams, ref_params = load_weights(folder)
+    dpo.check_reference(hparams, encoder, ref_hparams, bpe.get_encoder(folder), folder)
+    return ref_params
 
 
 # ============================================================================
@@ -385,7 +458,8 @@ def accumulate(total, grads):
 
 def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
     """One step: the gradients of recipe["accum"] micro-batches of the data, clipping, AdamW. -> the step's
-    metrics, {"lr", "loss", ...} (the loss and the kind's metrics: the micro-batches' mean). data: {"kind":
+    metrics, {"lr", "loss", ...} (the loss and the kind's metrics, for preference pairs TRL's
+    (dpo.METRICS): the micro-batches' mean). data: {"kind":
     DATA_KINDS' name, "rows": ..., and what the kind keeps}; recipe: RECIPE's settings (recipe_with); the
     batches and the dropout depend on its seed and the step only, so a resumed run is the same run.
     buffers: a dict whose big arrays are made once and reused (backward.loss_and_grads); adapters: a LoRA
@@ -591,8 +665,6 @@ def split_data(encoder, documents, examples, kind, recipe, head=None):
     """The data to train and validate on, as DATA_KINDS' line for the kind splits it: -> (training data,
     validation data), each {"kind", "rows", and what the kind keeps (a classifier's labels and pad id)}.
     head: the starting model's classifier head, or None (a language model)."""
-    if kind not in DATA_KINDS:
-        raise UserError(f"train.py cannot train on {corpus.KINDS[kind][2]} lines yet")
     if head and kind != "labelled":
         raise UserError(f"the model is a classifier (labels {head['labels']}): it trains on labelled texts "
                         f'({{"text", "label"}} lines), not on {corpus.KINDS[kind][2]} lines; give a language model')
@@ -630,7 +702,8 @@ def lora_adapters(params, lora, seed, saved=None):
     return found
 
 
-def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False, vocab_dir=None, quiet=False):
+def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False, vocab_dir=None, quiet=False,
+           preference=None):
     """Where a run's params and state come from. -> the run, as train takes it: {"params", "hparams",
     "encoder", "state", "train_data", "val_data", "recipe", "vocab_dir", "lora", "trained" (what AdamW steps),
     "log" (train_log.jsonl's lines so far)}.
@@ -643,9 +716,12 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
     PEFT's config)} trains adapters beside the frozen weights; None: every weight. data: the text's
     paths (None: CORPUS). recipe: recipe_with's; a context of None is worked out here (with_context).
     The data's kind (plumbing/corpus.py tells it) is one of DATA_KINDS; labelled texts train a classifier
-    (classify.py): a language model gets a new head. Everything is checked before a weight is made or copied."""
+    (classify.py): a language model gets a new head. preference: PREFERENCE's settings, for preference
+    data (None: its defaults). Everything is checked before a weight is made or copied."""
     documents, examples, kind = corpus.read_corpus(data or [CORPUS])
     head = None
+    if kind == "preference" and new and not resume:
+        raise UserError("DPO tunes a model against a reference: give --model, not --from-scratch")
     if new and not resume:
         recipe = recipe | {"context": recipe["context"] or CONTEXT}
         vocab_dir, encoder, hparams = new_model(new, documents, recipe, vocab_dir, quiet)
@@ -656,7 +732,13 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
             head = classifier_files.read_head(out, hparams["n_embd"])
         recipe = with_context(recipe, hparams)
     train_data, val_data = split_data(encoder, documents, examples, kind, recipe, head)
-    check_run(hparams, recipe, lora, available_memory())
+    check_run(hparams, recipe | ({"batch_size": 2 * recipe["batch_size"]} if kind == "preference" else {}), lora,
+              available_memory())  # 2 rows a pair
+    if kind == "preference":
+        preference = PREFERENCE | (preference or {})
+        reference = reference_model(preference, params, hparams, encoder, base if resume and not lora else None)
+        train_data, val_data = (with_reference(part, reference, hparams, recipe["context"], encoder, preference,
+                                               recipe["batch_size"]) for part in (train_data, val_data))
     if new and not resume:  # its weights are made once the run is known to fit
         print(parameter_table(hparams))  # even with --quiet: what is being trained
         params = init_params(hparams, recipe["seed"])

@@ -5,6 +5,7 @@
     python evaluate.py choice FILE.jsonl         # {"context": str, "choices": [str, ...], "answer": int} a line
     python evaluate.py lambada FILE.jsonl        # {"text": str} a line
     python evaluate.py classify FILE.jsonl --model CLS   # {"text": str, "label"?} a line: a classifier's labels
+    python evaluate.py preference FILE.jsonl --model POLICY --reference REF   # {"prompt", "chosen", "rejected"}
 
 Each prints a short table, or with --json one JSON object on stdout, and only when the work is
 done, so an interruption leaves nothing half-written. Exit status: 0 done, 2 a user's mistake
@@ -16,6 +17,7 @@ import json
 import sys
 
 import classify
+import dpo
 import evaluate
 from interface import loading
 from interface.options import at_least, model_flags, threads_flag, user_message
@@ -51,6 +53,19 @@ def parse_args(argv):
                        ("classify", 'a classifier\'s labels: {"text"} or {"text", "label"} a line (with labels: the '
                                     'accuracy and the confusion table)')):
         commands.add_parser(name, parents=[common], allow_abbrev=False, help=what).add_argument("file", metavar="FILE")
+    pref = commands.add_parser("preference", allow_abbrev=False, help='DPO\'s metrics of a tuned model against its '
+                               'reference, as TRL reports them: {"prompt", "chosen", "rejected"} a line')
+    pref.add_argument("file", metavar="FILE")
+    model_flags(pref, model_help="the tuned model (the policy): a size, a folder or hf:owner/name")
+    pref.add_argument("--reference", required=True, metavar="MODEL", help="the model it was tuned against (the "
+                                                                          "same vocabulary and context)")
+    pref.add_argument("--beta", type=float, default=0.1, help="DPO's beta, as trained (default: %(default)s)")
+    pref.add_argument("--dpo-loss", choices=dpo.LOSSES, default="sigmoid", help="as trained (default: %(default)s)")
+    pref.add_argument("--batch-size", type=at_least(1), default=evaluate.BATCH_SIZE, metavar="B",
+                      help="at most B pairs in one forward pass (default: %(default)s)")
+    pref.add_argument("--limit", type=at_least(1), help="only the first N pairs")
+    pref.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    pref.add_argument("--quiet", action="store_true", help="no progress display")
     for parser in [p, *commands.choices.values()]:
         parser.error = fail
     return p.parse_args(argv)
@@ -186,6 +201,30 @@ def labelled_lines(path, limit):
     return [item["text"] for _, item in items], [item["label"] for _, item in items] if has and has[0] else None
 
 
+def run_preference(args):
+    """TRL's metrics over the pairs (those training would keep: a prompt that fills the context is dropped)."""
+    if not (args.beta > 0 and args.beta < float("inf")):
+        fail(f"--beta must be above 0, got {args.beta:g}")
+    texts = dpo.read_pairs(args.file)[:args.limit]
+    encoder, hparams, params = load(args)
+    ref_encoder, ref_hparams, reference = loading.load_model(args.reference, args.models_dir, args.base_url,
+                                                             quiet=args.quiet)
+    dpo.check_reference(hparams, encoder, ref_hparams, ref_encoder, args.reference)
+    pairs, dropped = dpo.tokenized_pairs(encoder, texts, hparams["n_ctx"])
+    if dropped:
+        print(f"note: {dropped:,} of {len(texts):,} pairs dropped: the prompt alone fills the model's "
+              f"{hparams['n_ctx']} positions", file=sys.stderr)
+    if not pairs:
+        raise UserError("every pair's prompt fills the context: none is left to judge", path=args.file)
+    result = dpo.judge(pairs, params, reference, hparams, hparams["n_ctx"], encoder.eot, args.beta, args.dpo_loss,
+                       args.batch_size) | {"dropped": dropped}
+    if args.json:
+        print(json.dumps(result))
+        return
+    for name, value in result.items():
+        print(f"{name:<20}{value:,}" if isinstance(value, int) else f"{name:<20}{value:.4f}")
+
+
 def run_classify(args):
     texts, labels = labelled_lines(args.file, args.limit)
     encoder, hparams, params, head = loading.load_classifier(args.model, args.models_dir, args.base_url,
@@ -220,4 +259,4 @@ def run_classify(args):
 
 
 RUN = {"perplexity": run_perplexity, "surprisal": run_surprisal, "choice": run_choice, "lambada": run_lambada,
-       "classify": run_classify}
+       "classify": run_classify, "preference": run_preference}

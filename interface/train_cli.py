@@ -4,6 +4,7 @@
     python train.py --from-scratch --out models/baby                         a new one, on Shakespeare
     python train.py --out models/notes-124M --resume --steps 400             go on with a saved run
     python train.py --model 1558M --data notes.txt --out models/n --lora-rank 8  LoRA: adapters on frozen weights
+    python train.py --model 124M --data prefs.jsonl --out models/d --beta 0.1    DPO on preference pairs
 
 Most flags are train.py's tables (RECIPE, NEW_MODEL, LORA), their defaults and help with them. The
 command line checks them, finds the model by name (a released size, a folder, hf:owner/name: fetched
@@ -19,17 +20,19 @@ import tempfile
 
 import numpy as np
 
+import dpo
 import train
 from interface import loading
 from interface.options import at_least, model_flags, number, threads_flag
-from plumbing import shapes
+from plumbing import corpus, shapes
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural, read_json
 from plumbing.folders import check_new_folder, in_models_folder
 from plumbing.memory import available_memory
 
 FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that began from nothing
 NOT_SAVED = ("out", "resume", "quiet", "base_url")  # every other flag is the run's, and --resume reads it back
-LORA_FLAGS = tuple(f"lora_{name}" for name in train.LORA)  # a resumed run keeps them: its adapters are their shape
+LORA_FLAGS = tuple(f"lora_{name}" for name in train.LORA)
+DPO_FLAGS = ("beta", "dpo_loss", "reference")  # preference data's alone  # a resumed run keeps them: its adapters are their shape
 # A billion micro-batches (--steps times --accum) is more than any run finishes: the smallest model there
 # is, one layer one wide, takes milliseconds a step (docs/fine_tuning.md), so weeks of nothing else.
 MOST_MICRO_BATCHES = 10 ** 9
@@ -58,16 +61,17 @@ def add_table(p, table, prefix="", what=""):
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on documents or instruction "
-                                                             "data, train a classifier on labelled texts, or "
-                                                             "train one from nothing (--from-scratch).",
+    p = argparse.ArgumentParser(prog="train.py", description="Fine-tune GPT-2 in NumPy on documents, instruction "
+                                                             "data or preference pairs (DPO), train a classifier on "
+                                                             "labelled texts, or train one from nothing "
+                                                             "(--from-scratch).",
                                 formatter_class=DefaultsHelp, allow_abbrev=False)
     model_flags(p)
     p.add_argument("--data", help="documents: a UTF-8 .txt file, a folder of them, or a .jsonl of {\"text\": ...} "
                                   "lines; or instruction data: a .jsonl of {\"prompt\": ..., \"response\": ...} "
-                                  "lines; or labelled texts, {\"text\": ..., \"label\": ...} lines, which train a "
-                                  "classifier (from scratch, if not given: data/tinyshakespeare.txt; with --resume: "
-                                  "the "
+                                  "lines; labelled texts, {\"text\": ..., \"label\": ...} lines, which train a "
+                                  "classifier; or preference pairs, {\"prompt\", \"chosen\", \"rejected\"} lines, "
+                                  "for DPO (from scratch, if not given: data/tinyshakespeare.txt; with --resume: the "
                                   "saved run's)")
     p.add_argument("--out", required=True, help="the folder to write the trained model to")
     add_table(p, train.RECIPE)
@@ -75,6 +79,14 @@ def parser():
                                                                "text, then GPT-2's initialisation (no --model)")
     add_table(p, train.NEW_MODEL, what="from scratch: ")
     add_table(p, train.LORA, prefix="lora_", what="LoRA: ")
+    p.add_argument("--beta", type=float, help=f"DPO: how far the policy may go from the reference (default: "
+                                              f"{train.PREFERENCE['beta']}, TRL's)")
+    p.add_argument("--dpo-loss", help=f"DPO: sigmoid (log-probabilities summed over a completion: TRL's default) or "
+                                      f"sigmoid_norm (each log-ratio divided by its completion's length; default: "
+                                      f"{train.PREFERENCE['loss_type']})")
+    p.add_argument("--reference", metavar="MODEL", help="DPO: the reference model, a size, a folder or hf:owner/name "
+                                                        "with the same vocabulary and context (default: the starting "
+                                                        "model, frozen; with --lora-rank, the base, adapters off)")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its flags")
     p.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal, a line every 10 s "
                                                         "in a log)")
@@ -120,6 +132,18 @@ def check_flags(args):
     if args.data is None and not args.resume and not args.from_scratch:
         fail("--data is required: a UTF-8 .txt file, a folder of them, or a .jsonl file")
     check_lora_flags(args)
+    if args.beta is not None and not (args.beta > 0 and np.isfinite(args.beta)):
+        fail(f"--beta must be above 0, got {args.beta:g}")
+    if args.dpo_loss is not None and args.dpo_loss not in dpo.LOSSES:
+        fail(f"--dpo-loss: no loss {args.dpo_loss!r}: choose from {', '.join(dpo.LOSSES)}")
+
+
+def check_preference_flags(args):
+    """--beta, --dpo-loss and --reference only with preference data (read to tell, once its path is known)."""
+    given = [f"--{name.replace('_', '-')}" for name in DPO_FLAGS if getattr(args, name) is not None]
+    if given and not (args.data and corpus.read_corpus([args.data])[2] == "preference"):
+        raise UserError(f"{' and '.join(given)} go with preference data (a .jsonl of {{\"prompt\", \"chosen\", "
+                        f"\"rejected\"}} lines), which --data {args.data} is not")
 
 
 def check_lora_flags(args):
@@ -217,6 +241,7 @@ def run_in(args):
         note = resumed_flags(args, read_json(os.path.join(args.out, train.CONFIG_FILE)))
         if note:
             print(note, file=sys.stderr)
+    check_preference_flags(args)
     recipe = train.recipe_with(**{name: getattr(args, name) for name in train.RECIPE})
     lora = {"rank": args.lora_rank, "alpha": args.lora_alpha, "targets": args.lora_targets.split(","),
             "base": args.model} if args.lora_rank else None
@@ -225,7 +250,8 @@ def run_in(args):
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out)), prefix=".vocab-") as scratch:
         ready = train.set_up(args.out, recipe, [args.data] if args.data else None,
                              base=lambda: fetched_model(args, recipe, lora), new=new, lora=lora, resume=args.resume,
-                             vocab_dir=os.path.join(scratch, "vocab"), quiet=args.quiet)
+                             vocab_dir=os.path.join(scratch, "vocab"), quiet=args.quiet,
+                             preference=preference_settings(args))
         if ready["state"]["step"] >= recipe["steps"]:
             print(f"{args.out}: already trained for {plural(ready['state']['step'], 'step')}, nothing to do (a larger "
                   "--steps goes on)")
@@ -238,6 +264,14 @@ def run_in(args):
         print(f"{args.out}: trained to step {args.steps}; run it with python gpt2_numpy.py --model {args.out} "
               "\"prompt\"")
     return code
+
+
+def preference_settings(args):
+    """DPO's settings from the flags given (the others: train.PREFERENCE's); --reference fetched when needed."""
+    reference = args.reference and (lambda: loading.fetch_model(args.reference, args.models_dir, args.base_url,
+                                                                quiet=args.quiet))
+    given = {"beta": args.beta, "loss_type": args.dpo_loss, "reference": reference}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def main(argv=None):

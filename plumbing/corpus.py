@@ -18,14 +18,14 @@ import sys
 from plumbing.errors import UserError, read_text
 
 SEPARATOR = "\n\n"  # the old way between two documents: a blank line, as between two paragraphs
-# A .jsonl line's kind is told by its fields (other fields are let be): {kind: ({field: type}, the field that
+# A .jsonl line's kind is told by its fields (other fields are let be): {kind: ({field: type}, the fields that
 # must not be empty, how a message names it)}. A line whose fields are several kinds' or none's is an error.
 KINDS = {
-    "documents": ({"text": str}, "text", "a document (text)"),
-    "instruction": ({"prompt": str, "response": str}, "response", "an example (prompt, response)"),
-    "labelled": ({"text": str, "label": (str, int)}, "text", "a labelled text (text, label)"),
-    "preference": ({"prompt": str, "chosen": str, "rejected": str}, "chosen", "a preference (prompt, chosen, "
-                                                                                 "rejected)"),
+    "documents": ({"text": str}, ("text",), "a document (text)"),
+    "instruction": ({"prompt": str, "response": str}, ("response",), "an example (prompt, response)"),
+    "labelled": ({"text": str, "label": (str, int)}, ("text",), "a labelled text (text, label)"),
+    "preference": ({"prompt": str, "chosen": str, "rejected": str}, ("chosen", "rejected"),
+                   "a preference (prompt, chosen, rejected)"),
 }
 KIND_FIELDS = {field for fields, _, _ in KINDS.values() for field in fields}
 
@@ -97,7 +97,7 @@ def is_jsonl(path):
 def read_jsonl(path):
     """A .jsonl file of one of KINDS (jsonl_objects reads it). -> (kind, [text, ...]) for documents, else
     (kind, [a line's values, ...]). A line of no kind or of several, whose values are not of their types,
-    or whose main field is empty, and a file that mixes the kinds, is a UserError naming the line."""
+    or whose main fields are empty, and a file that mixes the kinds, is a UserError naming the line."""
     kind, items = None, []
     for n, item in jsonl_objects(path):
         this = line_kind(item)
@@ -110,8 +110,9 @@ def read_jsonl(path):
         kind = this
         fields, not_empty, _ = KINDS[kind]
         check_fields(item, fields, n, path)
-        if not item[not_empty]:
-            raise UserError(f"line {n}'s {not_empty} is empty", path=path)
+        for field in not_empty:
+            if not item[field]:
+                raise UserError(f"line {n}'s {field} is empty", path=path)
         items.append(item["text"] if kind == "documents" else tuple(item[key] for key in fields))
     return kind, items
 

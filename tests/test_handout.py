@@ -316,6 +316,8 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "lora": ["train.py", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "3", "--batch-size",
              "2", "--context", "16", "--lr", "1e-2", "--eval-every", "1", "--sample-every", "3", "--quiet",
              "--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "c_attn,c_proj"],
+    "dpo": ["train.py", "--model", "model", "--data", "prefs.jsonl", "--out", "trained", "--steps", "3", "--batch-size",
+            "2", "--lr", "1e-2", "--eval-every", "1", "--sample-every", "3", "--quiet"],
     "repetition": ["gpt2_numpy.py", "--model", "model", "--greedy", "--repetition-penalty", "1.1", "--n-tokens", "12",
                    "--quiet", PROMPT],
     "ngrams": ["gpt2_numpy.py", "--model", "model", "--greedy", "--no-repeat-ngram-size", "2", "--n-tokens", "12",
@@ -402,6 +404,9 @@ def project_copy(folder, numbers, bodies=None):
     with open(os.path.join(folder, "labelled.jsonl"), "w", encoding="utf-8") as f:  # lengths that differ: padding
         f.write("".join(json.dumps({"text": " ".join(words[:n]), "label": ["ham", "spam"][n % 2]}) + "\n"
                         for n in (2, 9, 5, 12)))
+    with open(os.path.join(folder, "prefs.jsonl"), "w", encoding="utf-8") as f:  # preference pairs: DPO
+        f.write("".join(json.dumps({"prompt": f"Say {w}:", "chosen": f" {w}.", "rejected": f" {w[::-1]}."}) + "\n"
+                        for w in words))
     return folder
 
 
@@ -511,6 +516,11 @@ def body_of_source(source, function):
     body = node.body[1:] if ast.get_docstring(node) is not None else node.body
     lines = source.splitlines()[body[0].lineno - 1:node.end_lineno]
     return "\n".join(line[body[0].col_offset:] for line in lines)
+
+
+# the weights without σ(-β δ): every pair pulled alike, however well the model already ranks it
+WRONG["dpo_loss"] = body_of("dpo.py", "dpo_loss").replace("pull = beta * sigmoid(-beta * delta) / P",
+                                                          "pull = np.full(P, beta / P)")
 
 
 def test_every_program_is_named_and_every_twin_and_its_plain_forms_exist():

@@ -128,8 +128,6 @@ def test_a_stopped_labelled_run_resumes_bit_for_bit_and_its_log_goes_on(tiny_lm,
     ([{"text": "", "label": "x"}], "line 1's text is empty"),
     ([{"text": "a", "label": "x"}, {"text": "b"}], "line 2 is a document (text), but the lines before it are a "
                                                    "labelled text (text, label): give one kind"),
-    ([{"prompt": "a", "chosen": "b", "rejected": "c"}] * 2, "train.py cannot train on a preference (prompt, chosen, "
-                                                            "rejected) lines yet"),
 ])
 def test_bad_labelled_data_is_one_line_and_nothing_is_written(tiny_lm, tmp_path, capsys, lines, message):
     data = write_jsonl(tmp_path / "bad.jsonl", lines)
