@@ -423,8 +423,10 @@ def gradients(ids, params, hparams, dlogits, names, splice=None):
     site, grads, inputs = sae_site(splice), {}, {}
     forward = sae_hooks(base, sae, activation_shapes(hparams, *np.shape(np.atleast_2d(ids))))
     if sae:
-        def keep_input(x, name):
-            out, latents = forward[site](x, name, keep=True)
+        splicing = forward[site]
+
+        def keep_input(x, name):  # what the SAE read: its backward needs it
+            out, latents = splicing(x, name, keep=True)
             inputs[site] = latents[f"{site}.hook_sae_input"]
             return out
 

@@ -64,6 +64,8 @@ def shown(name, x):
 def taken_back(name, x):
     """A hook's replacement, back in the model's layout; float32, as everything the model makes."""
     x = np.asarray(x, dtype=np.float32)
+    if name == "wpe" and x.ndim == 3 and len(x) == 1:  # shown as [1, T, C]: the model's is [T, C]
+        return x[0]
     return x.swapaxes(1, 2) if name.split(".", 1)[-1] in HEADS_SECOND else x
 
 
