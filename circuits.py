@@ -272,14 +272,14 @@ def copies_forward(params, hparams, ids, resid, layer, hooks, splice=None):
         if full == f"h{layer}.resid_pre":  # with one pair, every copy's is one array in memory, a read-only view:
             x = np.broadcast_to(resid, (n,) + resid.shape).reshape(x.shape)  # a hook writing in it would patch all
         tl = transformer_lens_name(full)
-        view = shown(full, x)
+        view = original = shown(full, x)
         if tl in base:
             changed = base[tl](view, tl)
             view = view if changed is None else changed
         view = each_copy(view, tl)
         if tl == site:
             view = sae[1](each_copy(view, f"{site}.hook_sae_input"), view)[0]
-        return x if view is shown(full, x) else taken_back(full, view)
+        return x if view is original else taken_back(full, view)
 
     tiled = np.broadcast_to(ids, (n, B, ids.shape[1])).reshape(n * B, -1)
     hidden = gpt2_hidden(tiled, later, hparams, last_only=True, hook=hook)

@@ -261,7 +261,8 @@ def circuit_runs(model, sae, use_error_term, clean, corrupted, answer, wrong, dl
                         act[:, pos] = clean_cache[name][:, pos]
                         return act
 
-                    patched[layer, pos] = metric(model.run_with_hooks(corrupted, fwd_hooks=[(names[layer], hook)])).item()
+                    logits = model.run_with_hooks(corrupted, fwd_hooks=[(names[layer], hook)])
+                    patched[layer, pos] = metric(logits).item()
             out["patch/resid_pre"] = patched
         acts = {}
 
