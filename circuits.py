@@ -11,7 +11,7 @@ has their equations, their pictures, and which TransformerLens setting gives the
 
   1. the metric              logit_difference: logits[-1, A] - logits[-1, B], averaged over the pairs
   2. activation patching     patch: the corrupted run with one activation the clean run's
-  3. direct logit attribution  dla_components, dla_heads: what each part wrote, read along A - B
+  3. direct logit attribution  dla_components, dla_heads (dla_latents, an SAE's): what each part wrote, read along A - B
   4. attribution patching    attribution: patching's first-order estimate, from one backward pass
                              (backward.py's, returning each activation's gradient)
   5. direct path patching    path_patch: one head's change, into one later head's q, k or v alone
@@ -393,6 +393,22 @@ def dla_heads(params, hparams, ids, answer, wrong, splice=None):
     results = [head_results(cache[z[i]], params["blocks"][i]["attn"]["c_proj"], H) for i in range(L)]  # [B, H, C]
     values = [dla_component(results[i][:, h], scale, direction).mean() for i in range(L) for h in range(H)]
     return [f"L{i}H{h}" for i in range(L) for h in range(H)], np.array(values, np.float32)
+
+
+def dla_latents(params, hparams, ids, answer, wrong, W_dec, splice):
+    """Direct logit attribution by SAE latent (ARENA 1.3's): latent i wrote f_i W_dec[i] at the SAE's hook point,
+    each read as dla_components reads a component, averaged over the prompts. With the decoder's bias's share
+    (and the error term's, where it is spliced) they add up to the share of what the SAE wrote, its output.
+    W_dec [d_sae, C]: the SAE's decoder -> [d_sae]"""
+    site = sae_site(splice)
+    if site is None or site.rsplit(".", 1)[-1] not in RESIDUAL_SITES:
+        raise UserError("direct logit attribution by latent reads an SAE that writes into the residual stream "
+                        f"({', '.join(RESIDUAL_SITES)}); " + (f"this one is at {site}" if site else "none is spliced"))
+    ids, answer, wrong = answers(ids, answer, wrong, params)
+    acts = f"{site}.hook_sae_acts_post"
+    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, [acts], splice)
+    centred = W_dec - W_dec.mean(-1, keepdims=True)  # ((f_i W_dec[i] - its mean) / σ) · direction, for every i
+    return (cache[acts] * ((direction / scale) @ centred.T)).mean(0).astype(np.float32)
 
 
 # ============================================================================

@@ -3,7 +3,7 @@
     python circuits.py logit-diff  --clean T --answer A --wrong B
     python circuits.py patch       --clean T --corrupted U --answer A --wrong B --site SITE [--all-positions]
                                    [--normalized]
-    python circuits.py dla         --clean T --answer A --wrong B [--by component|head]
+    python circuits.py dla         --clean T --answer A --wrong B [--by component|head|latent]
     python circuits.py attribution --clean T --corrupted U --answer A --wrong B --site SITE
     python circuits.py path        --clean T --corrupted U --answer A --wrong B --source L.H --component q|k|v
     python circuits.py heads       --text T|random:N --pattern previous|duplicate|induction [--seed S]
@@ -28,6 +28,7 @@ from interface.options import at_least, check_page_folder, model_flags, sae_flag
 from plumbing.errors import UserError, exit_status, fail
 
 RANDOM = "random:"  # --text random:N: N random ids said twice
+TOP_LATENTS = 20  # dla --by latent: the rows of its table
 
 
 def pair_flags(p, corrupted=True):
@@ -52,8 +53,9 @@ def patch_flags(p):
 
 def dla_flags(p):
     pair_flags(p, corrupted=False)
-    p.add_argument("--by", default="component", choices=("component", "head"),
-                   help="the embeddings and each layer's attention and MLP (default), or each head")
+    p.add_argument("--by", default="component", choices=("component", "head", "latent"),
+                   help="the embeddings and each layer's attention and MLP (default), each head, or with --sae each "
+                        f"of the SAE's latents (the {TOP_LATENTS} largest shown)")
 
 
 def attribution_flags(p):
@@ -124,6 +126,8 @@ def parse_args(argv):
         fail(f"--all-positions goes with --site head (--site {args.site} patches one cell at a time as it is)")
     if args.use_error_term and not args.sae:
         fail("--use-error-term goes with --sae")
+    if getattr(args, "by", None) == "latent" and not args.sae:
+        fail("--by latent goes with --sae: the latents are an SAE's")
     if args.html:
         check_page_folder(args.html)
     return args
@@ -295,12 +299,26 @@ def run_dla(args, encoder, params, hparams):
                  values.reshape(hparams["n_layer"], hparams["n_head"]).tolist(), 0.0)
         return result(tokens, values.tolist(), "each head's share of it (z @ W_O at the last position)", panel,
                       header, clean=clean_metric, labels=labels)
+    if args.by == "latent":
+        return latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clean_metric)
     labels, values = circuits.dla_components(params, hparams, clean, answer, wrong, args.splice)
     total = float(values.sum())
     return result(tokens, values.tolist(), "each part's share of it, at the last position",
                   (labels, ["share"], [[v] for v in values.tolist()], 0.0), header,
                   [f"total {total:.4f}; the rest, {clean_metric - total:.4f}, is ln_f's bias term"],
                   clean=clean_metric, labels=labels, total=total)
+
+
+def latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clean_metric):
+    """dla --by latent: every latent's share in the JSON ("values", [d_sae]; "top", the ids of the largest), the
+    largest in the table."""
+    W_dec = loading.load_sae(args.sae, args.models_dir, args.quiet)["W_dec"]
+    values = circuits.dla_latents(params, hparams, clean, answer, wrong, W_dec, args.splice)
+    top = np.argsort(-np.abs(values), kind="stable")[:TOP_LATENTS].tolist()
+    return result(tokens, values.tolist(), f"the {len(top)} latents of the largest share (f_i W_dec[i] at the last "
+                                           "position, read along the logit difference)",
+                  ([f"latent {i}" for i in top], ["share"], [[float(values[i])] for i in top], 0.0), header,
+                  clean=clean_metric, top=top)
 
 
 def run_attribution(args, encoder, params, hparams):

@@ -17,6 +17,7 @@ import gpt2_numpy as g
 import look_inside as li
 from plumbing import hf_model
 from plumbing.checkpoint import load_checkpoint
+from plumbing.errors import UserError
 
 GOLDEN = np.load(os.path.join(DATA, "circuits_golden.npz"))
 CASES = ("ioi", "inner", "trained")
@@ -695,6 +696,28 @@ def test_with_an_sae_spliced_the_experiments_are_saelenss(models, golden_sae, se
         labels, values = circuits.dla_components(params, hp, args[2], args[4], args[5], splice)
         assert labels[4] == "1_sae_error"
         assert_close(values, want["dla/components"], f"{setting} dla")
+        assert_close(circuits.dla_latents(params, hp, args[2], args[4], args[5], golden_sae["W_dec"], splice),
+                     want["dla/latents"], f"{setting} dla by latent")
+
+
+@pytest.mark.parametrize("use_error_term", [False, True])
+def test_the_latents_shares_and_b_decs_and_the_error_terms_are_the_saes_outputs(models, golden_sae, use_error_term):
+    hp, params = models["ioi"]
+    _, _, clean, _, answer, wrong = experiment(models, "ioi")
+    splice = a_splice(hp, golden_sae, use_error_term=use_error_term)
+    latents = circuits.dla_latents(params, hp, clean, answer, wrong, golden_sae["W_dec"], splice)
+    site = "blocks.1.hook_resid_pre"
+    cache, scale, direction = circuits.dla_run(params, hp, clean, answer, wrong, [f"{site}.hook_sae_output"] + (
+        [f"{site}.hook_sae_error"] if use_error_term else []), splice)
+    rest = circuits.dla_component(np.broadcast_to(golden_sae["b_dec"], direction.shape), scale, direction)
+    if use_error_term:
+        rest = rest + circuits.dla_component(cache[f"{site}.hook_sae_error"], scale, direction)
+    whole = circuits.dla_component(cache[f"{site}.hook_sae_output"], scale, direction).mean()
+    assert latents.sum() + rest.mean() == pytest.approx(whole, abs=1e-5)
+    assert np.count_nonzero(latents) > 3
+    with pytest.raises(UserError, match="this one is at blocks.0.mlp.hook_post"):
+        circuits.dla_latents(params, hp, clean, answer, wrong, np.zeros((16, 32), np.float32),
+                             a_splice(hp, random_sae("blocks.0.mlp.hook_post", 32)))
 
 
 SAE_SITES = ["blocks.1.hook_resid_pre", "blocks.0.hook_attn_out", "blocks.0.mlp.hook_post", "hook_embed",
@@ -791,6 +814,10 @@ def test_every_command_takes_an_sae_spliced_in(models, golden_sae, capsys):
     np.testing.assert_allclose(out["values"], circuits.dla_components(params, hp, clean, answer, wrong, splice)[1])
     np.testing.assert_allclose(sae_cli(capsys, "dla", *CLEAN_ONLY, "--by", "head")["values"],
                                circuits.dla_heads(params, hp, clean, answer, wrong, splice)[1])
+    out = sae_cli(capsys, "dla", *CLEAN_ONLY, "--by", "latent")
+    latents = circuits.dla_latents(params, hp, clean, answer, wrong, golden_sae["W_dec"], splice)
+    np.testing.assert_allclose(out["values"], latents)
+    assert out["top"][:3] == np.argsort(-np.abs(latents))[:3].tolist() and len(out["top"]) == 20
     np.testing.assert_allclose(sae_cli(capsys, "attribution", *IOI, "--site", "head")["values"],
                                circuits.attribution(params, hp, clean, corrupted, answer, wrong, "head", splice))
     np.testing.assert_allclose(sae_cli(capsys, "path", *IOI, "--source", "0.0")["values"][1:],
@@ -812,6 +839,7 @@ def test_an_sae_that_cannot_be_spliced_is_one_line_and_exit_2(capsys, tmp_path):
     page = tmp_path / "page.html"
     for argv, message in (
             (["logit-diff", *CLEAN_ONLY, "--use-error-term"], "error: --use-error-term goes with --sae"),
+            (["dla", *CLEAN_ONLY, "--by", "latent"], "error: --by latent goes with --sae"),
             (["patch", *IOI, "--sae", SAE_DIR, "--model", os.path.join(DATA, "circuits_model")],
              "the SAE reads 8 numbers a token but blocks.1.hook_resid_pre has 32"),
             (["dla", *CLEAN_ONLY, "--sae", str(tmp_path / "final")], "an SAE at ln_final.hook_normalized changes the "

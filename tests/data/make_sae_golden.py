@@ -32,7 +32,8 @@ sae_circuits_golden.npz: circuits.py's experiments with the SAE spliced in (Hook
   metric_clean, metric_corrupted; patch/resid_pre [L, T] (the SAE's own hook point patched at its
   hook_sae_input, by forward hooks); attribution/resid_pre [L, T] (torch autograd through the SAE, retain_grad at
   each resid_pre, the SAE's at its hook_sae_input); dla/components [2 + 2L + 1] (decompose_resid with the SAE's
-  change hook_sae_output - hook_sae_input added after layer 0, then logit_attrs, on the fold_ln model; not centred/)
+  change hook_sae_output - hook_sae_input added after layer 0, then logit_attrs, on the fold_ln model; not centred/);
+  dla/latents [d_sae] (logit_attrs of each latent's f_i W_dec[i] at the last position)
 """
 import json
 import os
@@ -283,6 +284,8 @@ def circuit_runs(model, sae, use_error_term, clean, corrupted, answer, wrong, dl
             stack = torch.cat([stack[:4], change[None], stack[4:]])  # embed, pos_embed, 0_attn_out, 0_mlp_out: then it
             out["dla/components"] = cache.logit_attrs(stack, answer, wrong, pos_slice=-1).mean(-1).numpy()
             assert labels[3] == "0_mlp_out", labels
+            latents = cache[f"{HOOK}.hook_sae_acts_post"][:, -1, :, None] * sae.W_dec  # [B, d_sae, C]: f_i W_dec[i]
+            out["dla/latents"] = cache.logit_attrs(latents.transpose(0, 1), answer, wrong, pos_slice=-1).mean(-1).numpy()
     return out
 
 
