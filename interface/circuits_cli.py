@@ -11,8 +11,9 @@
 Every command takes --model, --models-dir and --base-url, --json (one object on stdout), --html FILE
 (the result as a heatmap, interface/circuits_page.py), and --sae SAE_DIR with --use-error-term and
 --center-writing-weights (the experiment on the model with an SAE spliced in: docs/circuits.md). Each
-text is read after <|endoftext|>; the answers are one token each. Exit status: 0 done, 2 a user's mistake (one line on stderr, written before any work
-where it can be), 130 interrupted; nothing is written unless the command ends well.
+text is read after <|endoftext|>; the answers are one token each. Exit status: 0 done, 2 a user's mistake
+(one line on stderr, written before any work where it can be), 130 interrupted; nothing is written unless
+the command ends well.
 """
 import argparse
 import json

@@ -285,7 +285,8 @@ def circuit_runs(model, sae, use_error_term, clean, corrupted, answer, wrong, dl
             out["dla/components"] = cache.logit_attrs(stack, answer, wrong, pos_slice=-1).mean(-1).numpy()
             assert labels[3] == "0_mlp_out", labels
             latents = cache[f"{HOOK}.hook_sae_acts_post"][:, -1, :, None] * sae.W_dec  # [B, d_sae, C]: f_i W_dec[i]
-            out["dla/latents"] = cache.logit_attrs(latents.transpose(0, 1), answer, wrong, pos_slice=-1).mean(-1).numpy()
+            shares = cache.logit_attrs(latents.transpose(0, 1), answer, wrong, pos_slice=-1)  # [d_sae, B]
+            out["dla/latents"] = shares.mean(-1).numpy()
     return out
 
 
