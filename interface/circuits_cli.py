@@ -152,6 +152,7 @@ def run(args):
         from interface import circuits_page  # only --html needs it
 
         title = f"{args.command} on {os.path.basename(os.path.normpath(args.model))}"  # a size, or the folder's name
+        title += f", {outcome['header'][0]}" if args.splice else ""  # "with the SAE ... at ..."
         size = circuits_page.write_page(args.html, title, outcome["what"], outcome["tokens"], *outcome["panel"])
         print(f"{args.html}: {size:,} bytes", file=sys.stderr)
     print(json.dumps(outcome["json"]) if args.json else "\n".join(table(outcome)))

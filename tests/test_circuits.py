@@ -798,7 +798,7 @@ def sae_cli(capsys, *argv):
     return cli_json(capsys, *argv, "--sae", SAE_DIR)
 
 
-def test_every_command_takes_an_sae_spliced_in(models, golden_sae, capsys):
+def test_every_command_takes_an_sae_spliced_in(models, golden_sae, capsys, tmp_path):
     params, hp, clean, corrupted, answer, wrong = experiment(models, "ioi")
     clean, corrupted, answer, wrong = clean[:1], corrupted[:1], answer[:1], wrong[:1]
     splice = a_splice(hp, golden_sae, centred=True, use_error_term=True)
@@ -830,6 +830,10 @@ def test_every_command_takes_an_sae_spliced_in(models, golden_sae, capsys):
     np.testing.assert_allclose(np.array(heads)[0], circuits.head_scores(params, hp, ids, "induction")[0])  # earlier
     code, out, _ = cli(capsys, "dla", *CLEAN_ONLY, "--model", TINY, "--sae", SAE_DIR)
     assert code == 0 and out.startswith(f"with the SAE {SAE_DIR} at blocks.1.hook_resid_pre\n") and "1_sae_error" in out
+    code, _, _ = cli(capsys, "heads", "--text", "a b a b", "--pattern", "previous", "--model", TINY, "--sae", SAE_DIR,
+                     "--center-writing-weights", "--html", str(tmp_path / "p.html"))
+    assert code == 0 and f"heads on tiny, with the SAE {SAE_DIR} at blocks.1.hook_resid_pre and the writing weights " \
+                         "centred" in (tmp_path / "p.html").read_text()
 
 
 def test_an_sae_that_cannot_be_spliced_is_one_line_and_exit_2(capsys, tmp_path):
