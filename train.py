@@ -349,7 +349,7 @@ def token_loss(batch, params, hparams, data, recipe, rng, buffers, frozen):
 
 def label_loss(batch, params, hparams, data, recipe, rng, buffers, frozen):
     loss, grads, accuracy = classify.classifier_loss_and_grads(*batch, params, hparams, data["pad_id"],
-                                                               recipe["dropout"], rng, frozen)
+                                                               recipe["dropout"], rng, frozen, buffers)
     return loss, grads, {"accuracy": accuracy}
 
 
