@@ -44,7 +44,7 @@ def close(ours, theirs, tol=1e-5):
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=tol * float(np.abs(theirs).max()))
 
 
-def test_evaluate_classify_fetches_a_hub_classifier_and_gives_transformers_logits(env, tmp_path, capsys):
+def test_evaluate_classify_fetches_a_hub_classifier_and_gives_transformers_logits(env, hub, tmp_path, capsys):
     data = jsonl(tmp_path / "t.jsonl", [{"text": t, "label": x} for t, x in zip(TEXTS, LABELS)])
     r = in_process(evaluate_cli.main, capsys, "classify", data, "--model", "hf:test-org/genre", "--json", *env)
     assert r.returncode == 0, r.stderr
@@ -56,6 +56,9 @@ def test_evaluate_classify_fetches_a_hub_classifier_and_gives_transformers_logit
     folder = tmp_path / "models" / "hf" / "test-org" / "genre"
     assert sorted(f for f in os.listdir(folder) if not f.startswith(".")) == ["config.json", "model.safetensors",
                                                                                "tokenizer.json"]
+    hub.requests.clear()
+    r = in_process(evaluate_cli.main, capsys, "classify", data, "--model", "hf:test-org/genre", "--json", *env)
+    assert r.returncode == 0 and hub.requests == []  # a warm run fetches nothing
 
 
 def test_a_hub_classifier_with_transformers_defaults_is_read_as_transformers_reads_it(env, tmp_path, capsys):
@@ -152,3 +155,16 @@ def test_a_tokenizer_json_gives_the_two_tables_of_vocab_json_and_merges_txt():
         assert json.loads(files["encoder.json"]) == json.load(f)
     with open(os.path.join(DATA, "shakespeare", "vocab.bpe"), encoding="utf-8") as f:
         assert files["vocab.bpe"].decode().split("\n")[1:] == f.read().split("\n")[1:]
+
+
+@pytest.mark.parametrize("name", ["named", "default"])
+def test_convert_takes_a_tokenizer_json_folder_to_either_format_with_the_same_logits(tmp_path, capsys, name):
+    import convert
+    openai = convert.convert(os.path.join(FOLDERS, name), str(tmp_path / "openai"), "openai")
+    hf = convert.convert(openai, str(tmp_path / "hf"), "hf")
+    assert {"encoder.json", "vocab.bpe", "classifier.json"} <= set(os.listdir(openai))
+    assert {"vocab.json", "merges.txt"} <= set(os.listdir(hf))
+    data = jsonl(tmp_path / "t.jsonl", [{"text": t} for t in TEXTS])
+    for folder in (openai, hf):
+        r = in_process(evaluate_cli.main, capsys, "classify", data, "--model", folder, "--json", "--quiet")
+        close([p["logits"] for p in json.loads(r.stdout)["predictions"]], GOLDEN[f"{name}/logits"])
