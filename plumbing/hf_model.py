@@ -1,6 +1,6 @@
 """GPT-2s in Hugging Face's format: a folder with config.json, model.safetensors (or shards),
-vocab.json and merges.txt, as `save_pretrained` writes it and the Hub serves it; read here, and
-written here (convert.py --to hf) as save_pretrained would write it.
+vocab.json and merges.txt (or tokenizer.json alone), as `save_pretrained` writes it and the Hub
+serves it; read here, and written here (convert.py --to hf) as save_pretrained would write it.
 
 The tensors are the checkpoint's under torch's names, stated once (hf_name; reading goes through
 the same names backwards), so the model never knows where they came from:
@@ -25,7 +25,7 @@ import numpy as np
 from plumbing import classifier_files, gguf, shapes
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
-from plumbing.shapes import LAYER_NORM_EPS, TOKENIZER_FILES
+from plumbing.shapes import LAYER_NORM_EPS, TOKENIZER_FILES, TOKENIZER_JSON
 from plumbing.safetensors_reader import SafetensorsError, load_folder
 from plumbing.safetensors_writer import write_safetensors
 
@@ -92,9 +92,6 @@ def is_mask_buffer(name):
     parts = name.split(".")
     return len(parts) == 4 and parts[0] == "h" and parts[1].isdigit() and parts[2:] in (
         ["attn", "bias"], ["attn", "masked_bias"])
-
-
-TOKENIZER_JSON = "tokenizer.json"  # the fast tokenizer's one file: what transformers 5 saves (and nothing else)
 
 
 def tokenizer_json_files(folder):

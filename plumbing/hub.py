@@ -21,14 +21,13 @@ from plumbing import model_files
 from plumbing.fetching import BadFile, DownloadError, NotFound, check_not_a_web_page, downloading_into, fetch_file
 from plumbing.folders import default_models_dir
 from plumbing.safetensors_reader import SafetensorsError, read_header
-from plumbing.shapes import TOKENIZER_FILES
+from plumbing.shapes import TOKENIZER_FILES, TOKENIZER_JSON
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_ENV = "HF_ENDPOINT"
 PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?"  # no "..", no "/", nothing that leaves a folder
 NAME = re.compile(rf"({PART})/({PART})(?:@({PART}))?")
 TOKENIZER = tuple(TOKENIZER_FILES.values())  # Hugging Face's names for GPT-2's tokenizer files
-TOKENIZER_JSON = "tokenizer.json"  # the fast tokenizer's one file (hf_model.tokenizer_json_files reads it)
 
 
 def parse_name(name):

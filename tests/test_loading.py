@@ -82,7 +82,8 @@ def test_a_command_that_answers_with_the_next_token_refuses_a_classifier_in_one_
                    files, before)
 
 
-@pytest.mark.parametrize("flag", [["--score"], ["--lens"], ["--top", "3"], ["--html", "page.html"], ["--n-tokens", "3"]])
+@pytest.mark.parametrize("flag", [["--score"], ["--lens"], ["--top", "3"], ["--html", "page.html"],
+                                  ["--n-tokens", "3"]])
 def test_gpt2_numpy_refuses_a_classifier_the_next_token_readings_and_names_the_flag(files, capsys, flag):
     before = sorted(os.listdir(files["root"]))
     if flag[0] == "--html":
