@@ -62,10 +62,8 @@ def new_score(n_labels, n_embd, seed):
 
 def pooled_positions(ids, pad_id):
     """p_b = max { t : ids[b, t] != pad } (0 if the row is all pads): transformers' rule, which also
-    finds the text's end when it is padded on the left. A classifier with no pad (pad_id None) is
-    pooled at the last position, as transformers pools a text alone.   ids [B, T] -> [B]"""
-    if pad_id is None:
-        return np.full(len(ids), ids.shape[1] - 1)
+    finds the text's end when it is padded on the left. With no pad (pad_id None) no id is one, and a
+    row is pooled at its last position, as transformers pools a text alone.   ids [B, T] -> [B]"""
     return (np.arange(ids.shape[1]) * (ids != pad_id)).argmax(axis=-1)
 
 
