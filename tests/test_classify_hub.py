@@ -168,3 +168,15 @@ def test_convert_takes_a_tokenizer_json_folder_to_either_format_with_the_same_lo
     for folder in (openai, hf):
         r = in_process(evaluate_cli.main, capsys, "classify", data, "--model", folder, "--json", "--quiet")
         close([p["logits"] for p in json.loads(r.stdout)["predictions"]], GOLDEN[f"{name}/logits"])
+
+
+def test_a_pad_token_added_beyond_the_vocab_gets_its_id(tmp_path):
+    """tokenizer.add_special_tokens({"pad_token": "[PAD]"}), as many fine-tunes do: its id follows the vocab's."""
+    import bpe
+    folder = tmp_path / "cls"
+    shutil.copytree(os.path.join(FOLDERS, "named"), folder)
+    t = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    t["added_tokens"].append({"id": 512, "content": "[PAD]", "special": True})
+    (folder / "tokenizer.json").write_text(json.dumps(t), encoding="utf-8")
+    encoder = bpe.get_encoder(str(folder))
+    assert encoder.n_vocab == 513 and encoder.encoder["[PAD]"] == 512 and encoder.eot == 511
