@@ -63,7 +63,8 @@ def new_score(n_labels, n_embd, seed):
 
 def pooled_positions(ids, pad_id):
     """p_b = max { t : ids[b, t] != pad } (0 if the row is all pads): transformers' rule, which also
-    finds the text's end when it is padded on the left.   ids [B, T] -> [B]"""
+    finds the text's end when it is padded on the left. With no pad (pad_id None) no id is one, and a
+    row is pooled at its last position, as transformers pools a text alone.   ids [B, T] -> [B]"""
     return (np.arange(ids.shape[1]) * (ids != pad_id)).argmax(axis=-1)
 
 
@@ -141,12 +142,14 @@ def text_ids(encoder, text, n_ctx):
 
 def classify_texts(texts, encoder, params, hparams, pad_id, batch_size=8):
     """Each text's logits over the labels, [N, K]: batches of batch_size texts, padded on the right with
-    the pad id (the pooling finds each text's end; the causal mask hides the pads from it)."""
+    the pad id (the pooling finds each text's end; the causal mask hides the pads from it). With no pad
+    id, a text is a batch of its own (transformers refuses to batch such a classifier)."""
     rows = [text_ids(encoder, text, hparams["n_ctx"]) for text in texts]
+    batch_size = batch_size if pad_id is not None else 1
     out = []
     for start in range(0, len(rows), batch_size):
         part = rows[start:start + batch_size]
-        ids = np.full((len(part), max(len(r) for r in part)), pad_id, np.int64)
+        ids = np.full((len(part), max(len(r) for r in part)), 0 if pad_id is None else pad_id, np.int64)
         for b, r in enumerate(part):
             ids[b, :len(r)] = r
         out.append(classifier_logits(ids, params, hparams, pad_id))
