@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from gpt2_numpy import (GELU_CUBIC, SQRT_2_OVER_PI, block_hook, checked_ids, gpt2_hidden, layer_norm_eps,
-                        log_softmax, merge_heads, next_token_loss, no_hook, softmax, split_heads)
+                        log_softmax, matmul, merge_heads, next_token_loss, no_hook, softmax, split_heads)
 from plumbing import shapes
 from plumbing.shapes import LAYER_NORM_EPS
 from plumbing.parallel import in_chunks, reused, shared_among_cores
@@ -371,4 +371,4 @@ def activation_grads(ids, params, hparams, dlogits, hook, forward_hook=no_hook):
     forward_hook: the forward pass's own hook (an SAE spliced in, say), whose backward `hook` then holds."""
     ids = checked_ids(ids, params)
     kept, top = training_forward(ids, params, hparams, hook=forward_hook)
-    model_backward(ids, kept, top, params, hparams, dlogits @ params["wte"], frozen=True, hook=hook)
+    model_backward(ids, kept, top, params, hparams, matmul(dlogits, params["wte"]), frozen=True, hook=hook)

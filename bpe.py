@@ -51,7 +51,7 @@ from itertools import chain
 
 import regex
 
-from plumbing import corpus, gguf
+from plumbing import corpus, gguf, hf_model
 from plumbing.errors import UserError, plural
 from plumbing.folders import check_new_folder, whole_folder
 from plumbing.progress import EVERY, progress
@@ -296,10 +296,17 @@ def parse_vocab(encoder_json, vocab_bpe):
 def get_encoder(folder):
     """The Encoder for a model folder: OpenAI's encoder.json and vocab.bpe, or Hugging Face's
     vocab.json and merges.txt (the same two tables under other names); or for a GGUF file, whose
-    tokenizer.ggml.tokens and merges are the same two tables again."""
+    tokenizer.ggml.tokens and merges are the same two tables again; or a tokenizer.json alone (what
+    transformers 5 saves), whose BPE model holds them too."""
     if gguf.is_gguf(folder):
         tokens, merges = gguf.read_vocabulary(folder)
         return Encoder({token: i for i, token in enumerate(tokens)}, merges)
+    if hf_model.has_tokenizer_json_only(folder):
+        files = hf_model.tokenizer_json_files(folder)
+        try:
+            return parse_vocab(files["encoder.json"].decode("utf-8"), files["vocab.bpe"].decode("utf-8"))
+        except VocabError as e:
+            raise VocabError(e.message, path=os.path.join(folder, hf_model.TOKENIZER_JSON)) from None
     names = ("encoder.json", "vocab.bpe")
     hf_names = tuple(TOKENIZER_FILES[name] for name in names)
     if not os.path.exists(os.path.join(folder, names[0])) and os.path.exists(os.path.join(folder, hf_names[0])):

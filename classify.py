@@ -29,6 +29,7 @@ import numpy as np
 from backward import model_backward, training_forward
 from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax, softmax
 from plumbing.errors import UserError
+from plumbing.parallel import reused
 
 SCORE_STD = 0.02  # a new head, as transformers starts one: normal(0, initializer_range)
 
@@ -62,7 +63,8 @@ def new_score(n_labels, n_embd, seed):
 
 def pooled_positions(ids, pad_id):
     """p_b = max { t : ids[b, t] != pad } (0 if the row is all pads): transformers' rule, which also
-    finds the text's end when it is padded on the left.   ids [B, T] -> [B]"""
+    finds the text's end when it is padded on the left. With no pad (pad_id None) no id is one, and a
+    row is pooled at its last position, as transformers pools a text alone.   ids [B, T] -> [B]"""
     return (np.arange(ids.shape[1]) * (ids != pad_id)).argmax(axis=-1)
 
 
@@ -104,11 +106,13 @@ def label_loss_backward(logits, labels):
     return d / len(labels)
 
 
-def classifier_loss_and_grads(ids, labels, params, hparams, pad_id, p_drop=0.0, rng=None, frozen=False):
+def classifier_loss_and_grads(ids, labels, params, hparams, pad_id, p_drop=0.0, rng=None, frozen=False,
+                              buffers=None):
     """The loss of labels [B] given ids [B, T] (padded on the right with pad_id), and d loss / d every
     parameter, score's among them:
         dscore = dlogitsᵀ h,   dh = dlogits score,   d ln_f's output = dh at p_b, 0 elsewhere
     where h [B, C] is the pooled hidden state. frozen (a LoRA run): the adapters' gradients and score's.
+    buffers: the training loop's dict (backward.loss_and_grads's), where wte's gradient is kept between steps.
     -> (loss, grads, the batch's accuracy)"""
     ids, labels = checked_ids(ids, params), np.asarray(labels)
     kept, top = training_forward(ids, params, hparams, p_drop, rng)
@@ -117,8 +121,11 @@ def classifier_loss_and_grads(ids, labels, params, hparams, pad_id, p_drop=0.0, 
     logits = h @ params["score"].T  # [B, K]
     dlogits = label_loss_backward(logits, labels)
     dxf = pool_backward(dlogits @ params["score"], positions, ids.shape[1])
-    grads = model_backward(ids, kept, top, params, hparams, dxf, None if frozen else np.zeros_like(params["wte"]),
-                           p_drop, frozen)  # the tied output layer is not used: wte's gradient is the gather's
+    dwte = None if frozen else reused(buffers, "dwte", params["wte"].shape, np.float32)
+    if dwte is not None:
+        dwte.fill(0.0)  # kept between steps, it costs one pass of writes; fresh, the OS's page faults too
+    grads = model_backward(ids, kept, top, params, hparams, dxf, dwte, p_drop,
+                           frozen)  # the tied output layer is not used: wte's gradient is the gather's
     accuracy = float(np.mean(logits.argmax(axis=-1) == labels))
     return label_loss(logits, labels), grads | {"score": dlogits.T @ h}, accuracy
 
@@ -135,12 +142,14 @@ def text_ids(encoder, text, n_ctx):
 
 def classify_texts(texts, encoder, params, hparams, pad_id, batch_size=8):
     """Each text's logits over the labels, [N, K]: batches of batch_size texts, padded on the right with
-    the pad id (the pooling finds each text's end; the causal mask hides the pads from it)."""
+    the pad id (the pooling finds each text's end; the causal mask hides the pads from it). With no pad
+    id, a text is a batch of its own (transformers refuses to batch such a classifier)."""
     rows = [text_ids(encoder, text, hparams["n_ctx"]) for text in texts]
+    batch_size = batch_size if pad_id is not None else 1
     out = []
     for start in range(0, len(rows), batch_size):
         part = rows[start:start + batch_size]
-        ids = np.full((len(part), max(len(r) for r in part)), pad_id, np.int64)
+        ids = np.full((len(part), max(len(r) for r in part)), 0 if pad_id is None else pad_id, np.int64)
         for b, r in enumerate(part):
             ids[b, :len(r)] = r
         out.append(classifier_logits(ids, params, hparams, pad_id))

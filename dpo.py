@@ -33,7 +33,7 @@ from plumbing import corpus
 from plumbing.errors import UserError
 
 LOSSES = ("sigmoid", "sigmoid_norm")  # --dpo-loss: TRL's loss_type names
-FIELDS = ("prompt", "chosen", "rejected")  # a preference line's keys: TRL's standard preference format
+FIELDS = tuple(corpus.KINDS["preference"][0])  # a preference line's keys: TRL's standard preference format
 # A pair won by a wide margin has σ(-β δ) so small that its weight, and every product it enters in the
 # backward, is a subnormal float32, which a CPU computes up to 100x slower (a 124M step: 200 s, not 6).
 # Such a weight moves no parameter (AdamW's eps, 1e-8, dwarfs the gradients it makes): it is made 0.
@@ -47,16 +47,13 @@ METRICS = ("loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "
 # ============================================================================
 
 def read_pairs(path):
-    """A .jsonl of {"prompt", "chosen", "rejected"} lines -> [(prompt, chosen, rejected)]; a line that
-    lacks a field, or whose chosen or rejected is empty, is a UserError naming it."""
-    pairs = []
-    for n, item in corpus.jsonl_objects(path, dict.fromkeys(FIELDS, str)):
-        for field in ("chosen", "rejected"):
-            if not item[field]:
-                raise UserError(f"line {n}'s {field} is empty", path=path)
-        pairs.append(tuple(item[field] for field in FIELDS))
-    if not pairs:
-        raise UserError("holds no preference pair", path=path)
+    """A .jsonl of {"prompt", "chosen", "rejected"} lines -> [(prompt, chosen, rejected)], read as train.py
+    reads them (corpus.read_jsonl: a line that lacks a field, or whose chosen or rejected is empty, is a
+    UserError naming it); a file of another kind of line is one too."""
+    kind, pairs = corpus.read_jsonl(path)
+    if kind != "preference":
+        raise UserError(f"holds {corpus.KINDS[kind][2]} lines, not preference pairs: give {{\"prompt\", \"chosen\", "
+                        '"rejected"} lines', path=path)
     return pairs
 
 

@@ -28,7 +28,7 @@ which changes these numbers; its `from_pretrained_no_processing` gives the raw o
 """
 import numpy as np
 
-from gpt2_numpy import gpt2, layer_norm, layer_norm_eps, log_softmax, next_token_loss, softmax
+from gpt2_numpy import gpt2, layer_norm, layer_norm_eps, log_softmax, matmul, next_token_loss, softmax
 from plumbing.errors import UserError
 from plumbing.memory import available_memory, check_fits
 from plumbing.shapes import block_index
@@ -237,7 +237,7 @@ def logit_lens(ids, params, hparams, target=None, run=None):
     target = logits.argmax(-1) if target is None else np.asarray(target).reshape(logits.shape[:2])
     out = {k: [] for k in ("top", "top_prob", "target_prob", "target_rank")}
     for resid in residual_stream(cache, hparams["n_layer"]):
-        lens = layer_norm(resid, **params["ln_f"], eps=layer_norm_eps(hparams)) @ params["wte"].T  # [B, T, V]
+        lens = matmul(layer_norm(resid, **params["ln_f"], eps=layer_norm_eps(hparams)), params["wte"].T)  # [B, T, V]
         top = lens.argmax(-1)  # [B, T]
         target_logit = np.take_along_axis(lens, target[..., None], -1)  # [B, T, 1]
         out["top"].append(top)

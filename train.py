@@ -251,15 +251,15 @@ def labelled_rows(encoder, examples, val_fraction, context, labels=None):
         if unknown:
             raise UserError(f"label {unknown[0]!r} is in validation (the data's last texts) but not in training: a "
                             "classifier cannot learn it (mix the lines, or give more of that label)")
-    unknown = [label for _, label in examples if label not in labels]
-    if unknown:
-        raise UserError(f"label {unknown[0]!r} is not one of the classifier's labels, {labels}: give a language "
-                        "model to start a new head")
+    numbers = [classifier_files.label_number(label, labels) for _, label in examples]
+    if None in numbers:
+        raise UserError(f"label {examples[numbers.index(None)][1]!r} is not one of the classifier's labels, {labels}: "
+                        "give a language model to start a new head")
     rows, cut = [], 0
-    for text, label in examples:
+    for (text, _), number in zip(examples, numbers):
         ids = encoder.encode(text, allowed_special="all")
         cut += len(ids) > context
-        rows.append((np.asarray(ids[:context], np.int64), labels.index(label)))
+        rows.append((np.asarray(ids[:context], np.int64), number))
     return rows[:len(training)], rows[len(training):], labels, cut
 
 
@@ -315,7 +315,11 @@ def labelled_split(encoder, documents, examples, recipe, head):
                                                       head and head["labels"])
     print(f"labelled texts: {len(examples):,}, {len(val_rows):,} held out for validation; labels {labels} (in this "
           f"order, score's rows); {cut:,} longer than --context {recipe['context']}, cut to their start")
-    return train_rows, val_rows, {"labels": labels, "pad_id": head["pad_id"] if head else encoder.eot}
+    if head and head["pad_id"] is None:  # transformers cannot batch it; its docs say: pad with the eos
+        print(f"note: the classifier has no pad_token_id: its batches are padded with <|endoftext|> ({encoder.eot}),"
+              " which the trained classifier keeps as its pad")
+    pad_id = head["pad_id"] if head and head["pad_id"] is not None else encoder.eot
+    return train_rows, val_rows, {"labels": labels, "pad_id": pad_id}
 
 
 def preference_split(encoder, documents, examples, recipe, head):
@@ -349,7 +353,7 @@ def token_loss(batch, params, hparams, data, recipe, rng, buffers, frozen):
 
 def label_loss(batch, params, hparams, data, recipe, rng, buffers, frozen):
     loss, grads, accuracy = classify.classifier_loss_and_grads(*batch, params, hparams, data["pad_id"],
-                                                               recipe["dropout"], rng, frozen)
+                                                               recipe["dropout"], rng, frozen, buffers)
     return loss, grads, {"accuracy": accuracy}
 
 

@@ -140,7 +140,8 @@ def main(argv=None):
 
 
 def run(args):
-    encoder, hparams, params = loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    load = loading.load_body if args.command in ACTIVATIONS_ONLY else loading.load_model  # loading.py says why
+    encoder, hparams, params = load(args.model, args.models_dir, args.base_url, quiet=args.quiet)
     hooks, sae = sae_splice(args, hparams)  # ({}, None) unless --sae or --center-writing-weights
     args.splice = (hooks, sae) if hooks or sae else None
     outcome = EXPERIMENTS[args.command](args, encoder, params, hparams)
@@ -375,5 +376,6 @@ def run_heads(args, encoder, params, hparams):
                   (layer_labels(hparams), head_labels(hparams), values.tolist(), 0.0))
 
 
+ACTIVATIONS_ONLY = {"heads"}  # the others measure a logit difference: a language model's
 EXPERIMENTS = {"logit-diff": run_logit_diff, "patch": run_patch, "dla": run_dla, "attribution": run_attribution,
                "path": run_path, "heads": run_heads}

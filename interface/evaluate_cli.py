@@ -21,6 +21,7 @@ import dpo
 import evaluate
 from interface import loading
 from interface.options import at_least, model_flags, threads_flag, user_message
+from plumbing import classifier_files
 from plumbing.corpus import jsonl_objects, read_documents
 from plumbing.errors import UserError, exit_status, fail, read_text
 from plumbing.progress import progress
@@ -230,15 +231,16 @@ def run_classify(args):
     encoder, hparams, params, head = loading.load_classifier(args.model, args.models_dir, args.base_url,
                                                              quiet=args.quiet)
     names = head["labels"]
-    for n, label in enumerate(labels or [], 1):
-        if label not in names:
-            raise UserError(f"text {n}'s label {label!r} is not one of the classifier's, {names}", path=args.file)
+    numbers = [classifier_files.label_number(label, names) for label in labels or []]
+    if None in numbers:
+        n = numbers.index(None)
+        raise UserError(f"text {n + 1}'s label {labels[n]!r} is not one of the classifier's, {names}", path=args.file)
     logits = classify.classify_texts(texts, encoder, params, hparams, head["pad_id"], args.batch_size)
     predicted = logits.argmax(-1).tolist() if len(texts) else []
     result = {"labels": names, "predictions": [{"label": names[i], "logits": row.tolist()}
                                                for i, row in zip(predicted, logits)]}
     if labels is not None:
-        accuracy, confusion = evaluate.classification([names.index(x) for x in labels], predicted, len(names))
+        accuracy, confusion = evaluate.classification(numbers, predicted, len(names))
         result = {"accuracy": accuracy, **result, "confusion": confusion}
     if args.json:
         print(json.dumps(result))

@@ -173,7 +173,7 @@ def run(args):
     if head and not args.trace:  # the activations are a classifier's too; its output is a label
         run_label(args, encoder, hparams, params, head)
     elif args.trace:
-        run_trace(args, encoder, hparams, params, splice)
+        run_trace(args, encoder, hparams, params, splice, head)
     elif args.lens:
         run_lens(args, encoder, hparams, params, splice)
     elif args.html:
@@ -195,12 +195,11 @@ def run_label(args, encoder, hparams, params, head):
     prompt's label, and each label's probability. The flags of generating and of the next-token readings
     are refused by name; --trace reads its activations as any GPT-2's."""
     refused = sorted(args.given & (set(GENERATING) | {"score", "lens", "html", "top"}))
-    what = f"{args.model} is a classifier (labels {', '.join(map(str, head['labels']))})"
     if refused:
-        raise UserError(f"{what}: it gives a text's label, not text or next tokens, so --{refused[0].replace('_', '-')}"
-                        " does not apply (python evaluate.py classify FILE --model ... labels a file of texts)")
+        raise loading.not_a_language_model(args.model, head, refused[0])
     if not args.prompt:
-        raise UserError(f"{what}: give it a text to label")
+        raise UserError(f"{args.model} is a classifier (labels {', '.join(map(str, head['labels']))}): give it a text "
+                        "to label")
     logits = classify.classify_texts([args.prompt], encoder, params, hparams, head["pad_id"])[0]
     probs = g.softmax(logits.astype(np.float64))
     label = head["labels"][int(logits.argmax())]
@@ -484,12 +483,18 @@ def trace_flags(p):
     p.add_argument("--trace-block", type=at_least(0), default=None, help="with --trace: only this block")
 
 
-def run_trace(args, encoder, hparams, params, splice=({}, None)):
+def run_trace(args, encoder, hparams, params, splice=({}, None), head=None):
+    """Every stage of one forward pass; a classifier's last is its labels' logits at the pooled position, not
+    the next token's (classify.py)."""
     if args.trace_block is not None and not 0 <= args.trace_block < hparams["n_layer"]:
         raise UserError(f"must be in 0..{hparams['n_layer'] - 1}", arg="trace_block")
     blocks = None if args.trace_block is None else {args.trace_block}
-    ids = encoder.encode(args.prompt)
+    ids = encoder.encode(args.prompt, allowed_special="all") if head else encoder.encode(args.prompt)
     stages = look_inside.trace(ids, params, hparams, blocks, sae=splice[1], hooks=splice[0])
+    if head:
+        x = dict(stages)["ln_final.hook_normalized"]  # [1, T, C]
+        pooled = classify.pool(x, classify.pooled_positions(np.atleast_2d(ids), head["pad_id"]))  # [1, C]
+        stages = stages[:-1] + [("score (the labels' logits)", pooled @ params["score"].T)]
     if args.json:
         print(json.dumps({"ids": ids, "stages": [
             {"name": name, "shape": list(a.shape), **dict(zip(("mean", "std", "min", "max"), stage_stats(a)))}

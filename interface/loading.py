@@ -43,14 +43,48 @@ def fetch_model(model, models_dir=None, base_url=None, quiet=False, tries=5, bac
     return download.download_model(model, models_dir, base_url, quiet=quiet, tries=tries, backoff=backoff)
 
 
+# What a classifier's folder is good for, decided here for every command. Its body is a GPT-2 whose
+# activations are as real as any's, but its output is a label: its tied wte-transpose "next token"
+# was never trained for the task and is not what the folder's model computes. So a command whose
+# answer is the next token's distribution (generation, scores, perplexity, the logit lens, logit
+# differences, a draft, DPO's log-probabilities, an SAE's CE loss) refuses it (load_model,
+# language_model_folder), and the readings of activations alone take it (load_body).
+
+def not_a_language_model(model, head, flag=None):
+    """The one line a classifier gets where a language model is due (flag: the flag that asked for one)."""
+    why = f", so --{flag.replace('_', '-')} does not apply" if flag else ""
+    return UserError(f"{model} is a classifier (labels {', '.join(map(str, head['labels']))}): its output is a label, "
+                     f"not the next token{why}; use "
+                     f"evaluate.py classify FILE --model {model} (or gpt2_numpy.py --model {model} \"TEXT\" for one "
+                     "text's label)")
+
+
 def load_model(model="124M", models_dir=None, base_url=None, quiet=False):
-    """-> (encoder, hparams, params) for a size (downloaded on first use), a checkpoint folder,
-    a Hugging Face folder, hf:owner/name from the Hub, or a GGUF file (FILE.gguf: llama.cpp's)."""
-    folder = fetch_model(model, models_dir, base_url, quiet=quiet)
-    hparams, params = load_weights(folder)
-    encoder = bpe.get_encoder(folder)
-    check_tokenizer_fits(encoder.n_vocab, hparams, folder)
+    """-> (encoder, hparams, params) of a language model: a size (downloaded on first use), a checkpoint
+    folder, a Hugging Face folder, hf:owner/name from the Hub, or a GGUF file (FILE.gguf: llama.cpp's).
+    A classifier's folder is a UserError (not_a_language_model)."""
+    encoder, hparams, params, head = load_model_or_classifier(model, models_dir, base_url, quiet)
+    if head is not None:
+        raise not_a_language_model(model, head)
     return encoder, hparams, params
+
+
+def load_body(model, models_dir=None, base_url=None, quiet=False):
+    """-> (encoder, hparams, params) of any GPT-2, a classifier's body too (its head left out): for the
+    commands that read activations alone."""
+    encoder, hparams, params, _ = load_model_or_classifier(model, models_dir, base_url, quiet)
+    return encoder, hparams, {k: v for k, v in params.items() if k != "score"}
+
+
+def language_model_folder(model, models_dir=None, base_url=None, quiet=False):
+    """fetch_model's folder, for a command that reads it itself as a language model (train.py's
+    --reference); a classifier's is not_a_language_model."""
+    folder = fetch_model(model, models_dir, base_url, quiet=quiet)
+    hparams, _ = load_weights(folder)
+    head = classifier_files.read_head(folder, hparams["n_embd"])
+    if head is not None:
+        raise not_a_language_model(model, head)
+    return folder
 
 
 def load_model_or_classifier(model, models_dir=None, base_url=None, quiet=False):

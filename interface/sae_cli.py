@@ -116,9 +116,13 @@ def main(argv=None):
 # What every command reads
 # ----------------------------------------------------------------------------
 
+ACTIVATIONS_ONLY = ("train", "encode")  # eval's CE and KL, and features' promoted tokens, are the next token's
+
+
 def model(args):
     """-> (encoder, hparams, params, the hooks that run it as --center-writing-weights asks)"""
-    encoder, hparams, params = loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    load = loading.load_body if args.command in ACTIVATIONS_ONLY else loading.load_model  # loading.py says why
+    encoder, hparams, params = load(args.model, args.models_dir, args.base_url, quiet=args.quiet)
     return encoder, hparams, params, S.centring_hooks(hparams["n_layer"]) if args.center_writing_weights else {}
 
 

@@ -268,8 +268,8 @@ def run_in(args):
 
 def preference_settings(args):
     """DPO's settings from the flags given (the others: train.PREFERENCE's); --reference fetched when needed."""
-    reference = args.reference and (lambda: loading.fetch_model(args.reference, args.models_dir, args.base_url,
-                                                                quiet=args.quiet))
+    reference = args.reference and (lambda: loading.language_model_folder(args.reference, args.models_dir,
+                                                                          args.base_url, quiet=args.quiet))
     given = {"beta": args.beta, "loss_type": args.dpo_loss, "reference": reference}
     return {k: v for k, v in given.items() if v is not None}
 

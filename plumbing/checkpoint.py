@@ -24,7 +24,7 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from plumbing import gguf, shapes
+from plumbing import gguf, hf_model, shapes
 from plumbing.crc32c import masked_crc32c
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
@@ -479,6 +479,9 @@ def write_checkpoint(folder, params, hparams, vocab_dir=None, extra=None):
              **(extra or {})}
     if vocab_dir and gguf.is_gguf(vocab_dir):  # a model read from a GGUF keeps its tokenizer in the file
         files.update(gguf.vocabulary_files(vocab_dir))
+        vocab_dir = None
+    elif vocab_dir and hf_model.has_tokenizer_json_only(vocab_dir):  # its two tables, in tokenizer.json
+        files.update(hf_model.tokenizer_json_files(vocab_dir))
         vocab_dir = None
     with whole_folder(folder, "the checkpoint", CheckpointError) as tmp:
         with open(os.path.join(tmp, "model.ckpt" + DATA_SUFFIX), "wb") as f:

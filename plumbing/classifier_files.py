@@ -9,6 +9,11 @@ The checkpoint itself stays GPT-2's tensors alone, so OpenAI's readers (and Tens
 body as they read any GPT-2, and the head is two small files a reader can open by hand. Label i is
 score's row i. Hugging Face's id2label holds strings: labels that were whole numbers go there as
 their digits, and come back as numbers when every label of a folder is the digits of a whole number.
+
+As transformers reads a config: no id2label means num_labels (2 if absent, which transformers does not
+save) labels named LABEL_0, LABEL_1, ... (label_number then takes a whole number i for row i, as
+transformers' Trainer does); pad_token_id null means no pad, and each text is pooled at its last
+token (classify.pooled_positions), as transformers pools a text alone.
 """
 import io
 import json
@@ -58,8 +63,9 @@ def our_head(folder):
     meta = read_json(path)
     labels, pad_id = (meta.get(key) if isinstance(meta, dict) else None for key in ("labels", "pad_token_id"))
     if not isinstance(labels, list) or not all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in labels) \
-            or not isinstance(pad_id, int):
-        raise UserError('must be {"labels": [strings or whole numbers], "pad_token_id": a whole number}', path=path)
+            or not (pad_id is None or isinstance(pad_id, int)):
+        raise UserError('must be {"labels": [strings or whole numbers], "pad_token_id": a whole number or null}',
+                        path=path)
     try:
         score = np.load(os.path.join(folder, SCORE_FILE), allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -73,9 +79,15 @@ def hf_head(folder):
     config = read_json(path)
     if not isinstance(config, dict) or ARCHITECTURE not in (config.get("architectures") or []):
         return None
+    if config.get("problem_type") not in (None, "single_label_classification"):
+        raise UserError(f"problem_type {config['problem_type']!r}: this project's classifiers give one label a text "
+                        "(single_label_classification)", path=path)
     id2label, pad_id = config.get("id2label"), config.get("pad_token_id")
-    if not isinstance(id2label, dict) or not isinstance(pad_id, int):
-        raise UserError(f"a {ARCHITECTURE} needs id2label and a pad_token_id", path=path)
+    if id2label is None:  # transformers' defaults: num_labels 2 is not saved, and LABEL_i names label i
+        n = config.get("num_labels", 2)
+        id2label = {str(i): f"LABEL_{i}" for i in range(n if isinstance(n, int) and not isinstance(n, bool) else 0)}
+    if not isinstance(id2label, dict) or not (pad_id is None or isinstance(pad_id, int)):
+        raise UserError(f"a {ARCHITECTURE}'s id2label must be an object and its pad_token_id an id or null", path=path)
     try:
         labels = [id2label[str(i)] for i in range(len(id2label))]
     except KeyError:
@@ -86,6 +98,22 @@ def hf_head(folder):
     if "score.weight" not in tensors:
         raise UserError(f"a {ARCHITECTURE} whose weights have no score.weight", path=folder)
     return {"score": np.array(tensors["score.weight"], np.float32), "labels": labels, "pad_id": pad_id}
+
+
+def default_labels(labels):
+    """transformers' names for labels its config did not name: LABEL_0, LABEL_1, ..."""
+    return labels == [f"LABEL_{i}" for i in range(len(labels))]
+
+
+def label_number(label, labels):
+    """A data label's row in a head with these labels, or None if it has none. A head whose labels are
+    transformers' defaults (LABEL_0, ...) takes a whole number i for row i too, as transformers' Trainer
+    reads an integer label (a dataset's 0 and 1 on a Hub classifier that never named its labels)."""
+    if label in labels:
+        return labels.index(label)
+    if default_labels(labels) and isinstance(label, int) and not isinstance(label, bool) and 0 <= label < len(labels):
+        return label
+    return None
 
 
 def hf_config(labels, pad_id):

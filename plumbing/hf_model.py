@@ -1,6 +1,6 @@
 """GPT-2s in Hugging Face's format: a folder with config.json, model.safetensors (or shards),
-vocab.json and merges.txt, as `save_pretrained` writes it and the Hub serves it; read here, and
-written here (convert.py --to hf) as save_pretrained would write it.
+vocab.json and merges.txt (or tokenizer.json alone), as `save_pretrained` writes it and the Hub
+serves it; read here, and written here (convert.py --to hf) as save_pretrained would write it.
 
 The tensors are the checkpoint's under torch's names, stated once (hf_name; reading goes through
 the same names backwards), so the model never knows where they came from:
@@ -25,7 +25,7 @@ import numpy as np
 from plumbing import classifier_files, gguf, shapes
 from plumbing.errors import UserError, read_json
 from plumbing.folders import whole_folder
-from plumbing.shapes import LAYER_NORM_EPS, TOKENIZER_FILES
+from plumbing.shapes import LAYER_NORM_EPS, TOKENIZER_FILES, TOKENIZER_JSON
 from plumbing.safetensors_reader import SafetensorsError, load_folder
 from plumbing.safetensors_writer import write_safetensors
 
@@ -92,6 +92,49 @@ def is_mask_buffer(name):
     parts = name.split(".")
     return len(parts) == 4 and parts[0] == "h" and parts[1].isdigit() and parts[2:] in (
         ["attn", "bias"], ["attn", "masked_bias"])
+
+
+def tokenizer_json_files(folder):
+    """tokenizer.json -> OpenAI's two files, {"encoder.json": bytes, "vocab.bpe": bytes}: its BPE model's
+    vocab and merges are the same two tables. Only GPT-2's own tokenizer is read (byte-level BPE, GPT-2's
+    pre-tokenizer, no normalizer, nothing added around a text); anything else is refused by name, as
+    transformers would tokenize it otherwise. Added tokens beyond the vocab (a [PAD] added for padding)
+    get their ids."""
+    path = os.path.join(folder, TOKENIZER_JSON)
+    t = read_json(path, HubFolderError)
+    model = t.get("model") if isinstance(t, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict) \
+            or not isinstance(model.get("merges"), list):
+        raise HubFolderError("is not a BPE tokenizer (its model needs type BPE, a vocab and merges)", path=path)
+    pre = t.get("pre_tokenizer") or {}
+    post = t.get("post_processor") or {"type": "ByteLevel"}
+    differs = [(t.get("normalizer") is not None, "a normalizer"),
+               (pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or pre.get("use_regex") is False,
+                "a pre-tokenizer other than GPT-2's (ByteLevel, no prefix space)"),
+               (post.get("type") not in ("ByteLevel", "TemplateProcessing") or
+                any("SpecialToken" in piece for piece in post.get("single") or []),
+                "a post-processor that adds tokens around a text"),
+               (bool(model.get("ignore_merges")) or bool(model.get("byte_fallback")) or model.get("dropout")
+                or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"),
+                "a BPE model with options GPT-2's does not have")]
+    for different, what in differs:
+        if different:
+            raise HubFolderError(f"has {what}: this project reads GPT-2's byte-level BPE only", path=path)
+    vocab = dict(model["vocab"])
+    for added in t.get("added_tokens") or []:
+        if isinstance(added, dict) and added.get("content") not in vocab and isinstance(added.get("id"), int):
+            vocab[added["content"]] = added["id"]
+    merges = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
+    if not all(isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m) for m in merges):
+        raise HubFolderError("has a merge that is not two tokens", path=path)
+    return {"encoder.json": json.dumps(vocab, ensure_ascii=False).encode("utf-8"),
+            "vocab.bpe": ("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)).encode("utf-8")}
+
+
+def has_tokenizer_json_only(folder):
+    """A folder whose tokenizer is tokenizer.json alone (neither OpenAI's two files nor vocab.json)."""
+    return os.path.isdir(folder) and os.path.exists(os.path.join(folder, TOKENIZER_JSON)) and not any(
+        os.path.exists(os.path.join(folder, name)) for name in (*TOKENIZER_FILES, *TOKENIZER_FILES.values()))
 
 
 def load_hf_folder(folder):
@@ -192,7 +235,8 @@ def write_hf_folder(folder, params, hparams, vocab_dir, eot, head=None):
             write_safetensors(os.path.join(tmp, "model.safetensors"), tensors, metadata={"format": "pt"})
         except SafetensorsError as e:  # it names the hidden folder, which is gone: name the one asked for
             raise HubFolderError(e.message, path=folder) from None
-        vocab = gguf.vocabulary_files(vocab_dir) if gguf.is_gguf(vocab_dir) else {}  # a GGUF's tokenizer
+        vocab = gguf.vocabulary_files(vocab_dir) if gguf.is_gguf(vocab_dir) else \
+            tokenizer_json_files(vocab_dir) if has_tokenizer_json_only(vocab_dir) else {}  # a GGUF's, tokenizer.json's
         for name, hf in TOKENIZER_FILES.items():
             if vocab:
                 files[hf] = merges_txt(vocab[name]) if hf == "merges.txt" else vocab[name]

@@ -7,7 +7,8 @@ A repository's files are at {endpoint}/{owner}/{name}/resolve/{revision}/{file};
 endpoint is $HF_ENDPOINT (as Hugging Face's own tools name it), else huggingface.co.
 The Hub's redirects (renamed repositories, large files on a CDN) are followed. We fetch
 config.json, the weights (model.safetensors, or model.safetensors.index.json and its
-shards) and the tokenizer (vocab.json, merges.txt) into <models>/hf/<owner>/<name>[@revision],
+shards) and the tokenizer (vocab.json and merges.txt, or else tokenizer.json, all that transformers 5
+saves of one) into <models>/hf/<owner>/<name>[@revision],
 with the same resumable, checked, locked downloads as OpenAI's files. The Hub gives a large
 file's SHA-256 in its X-Linked-ETag header: a file that does not match is not kept. Without
 it, the safetensors header is checked against the file's size.
@@ -20,7 +21,7 @@ from plumbing import model_files
 from plumbing.fetching import BadFile, DownloadError, NotFound, check_not_a_web_page, downloading_into, fetch_file
 from plumbing.folders import default_models_dir
 from plumbing.safetensors_reader import SafetensorsError, read_header
-from plumbing.shapes import TOKENIZER_FILES
+from plumbing.shapes import TOKENIZER_FILES, TOKENIZER_JSON
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_ENV = "HF_ENDPOINT"
@@ -78,10 +79,16 @@ def weight_files(folder):
     return ["model.safetensors.index.json"] + shards
 
 
+def tokenizer_files(folder):
+    """The tokenizer's files the folder has: vocab.json and merges.txt, or else tokenizer.json alone."""
+    return [TOKENIZER_JSON] if os.path.exists(os.path.join(folder, TOKENIZER_JSON)) and not os.path.exists(
+        os.path.join(folder, TOKENIZER[0])) else list(TOKENIZER)
+
+
 def is_complete(folder):
     """Every file is there and passes its check (no network: a warm run costs milliseconds)."""
     try:
-        files = ["config.json", *weight_files(folder), *TOKENIZER]
+        files = ["config.json", *weight_files(folder), *tokenizer_files(folder)]
         for file in files:
             check_hub_file(file, os.path.join(folder, file), {})
         return True
@@ -161,12 +168,22 @@ def fetch_weights(fetch, name, folder):
 
 
 def fetch_tokenizer(fetch, name):
-    for file in TOKENIZER:
+    """vocab.json and merges.txt, or else tokenizer.json (all that transformers 5 saves of a tokenizer)."""
+    try:
+        fetch(TOKENIZER[0])
+    except NotFound:
+        try:
+            fetch(TOKENIZER_JSON)
+            return
+        except NotFound:
+            raise NotFound(f"hf:{name} has no {TOKENIZER[0]} nor {TOKENIZER_JSON}: this project needs GPT-2's "
+                           f"byte-level BPE ({' and '.join(TOKENIZER)}, or {TOKENIZER_JSON})") from None
+    for file in TOKENIZER[1:]:
         try:
             fetch(file)
         except NotFound:
             raise NotFound(f"hf:{name} has no {file}: this project needs GPT-2's byte-level BPE "
-                           f"({' and '.join(TOKENIZER)})") from None
+                           f"({' and '.join(TOKENIZER)}, or {TOKENIZER_JSON})") from None
 
 
 def download_hub_sae(name, models_dir=None, quiet=False, tries=5, backoff=0.5, endpoint=None):

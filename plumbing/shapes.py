@@ -24,6 +24,7 @@ HPARAM_KEYS = ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")  # what hparam
 LAYER_NORM_EPS = 1e-5  # GPT-2's; a Hugging Face config may set another: hparams["layer_norm_epsilon"]
 # OpenAI's tokenizer files -> Hugging Face's names for them: the same two tables (token -> id, the merges)
 TOKENIZER_FILES = {"encoder.json": "vocab.json", "vocab.bpe": "merges.txt"}
+TOKENIZER_JSON = "tokenizer.json"  # the fast tokenizer: the two tables in one file (all that transformers 5 saves)
 
 
 def hparams_problem(hp):

@@ -39,6 +39,7 @@ def test_the_pooled_position_is_the_last_that_is_not_a_pad_as_transformers_finds
     assert row[-1] == PAD and classify.pooled_positions(row[None], PAD).tolist() == [len(row) - 2]
     assert classify.pooled_positions(np.full((1, 3), PAD), PAD).tolist() == [0]  # all pads: position 0
     assert classify.pooled_positions(np.array([[PAD, PAD, 5, 6]]), PAD).tolist() == [3]  # padded on the left
+    assert classify.pooled_positions(np.array([[5, PAD, 6, PAD]]), None).tolist() == [3]  # no pad: the last, as it is
 
 
 def test_logits_and_loss_equal_gpt2_for_sequence_classification(tiny_classifier):

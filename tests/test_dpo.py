@@ -90,9 +90,10 @@ def test_a_preference_file_is_read_and_bad_lines_are_one_line(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "a", "chosen": "b", "rejected": "c"}\n\n', encoding="utf-8")
     assert dpo.read_pairs(str(path)) == [("a", "b", "c")]
-    for line, message in (('{"prompt": "a", "chosen": "b"}', "line 1 has no 'rejected'"),
+    for line, message in (('{"prompt": "a", "chosen": "b"}', "line 1 is not "),  # of any kind: as train.py says it
                           ('{"prompt": "a", "chosen": "", "rejected": "c"}', "line 1's chosen is empty"),
-                          ('{"prompt": "a", "chosen": 3, "rejected": "c"}', "line 1: 'chosen' must be a string")):
+                          ('{"prompt": "a", "chosen": 3, "rejected": "c"}', "line 1: 'chosen' must be a string"),
+                          ('{"text": "a"}', "holds a document \\(text\\) lines, not preference pairs")):
         path.write_text(line + "\n", encoding="utf-8")
         with pytest.raises(UserError, match=message):
             dpo.read_pairs(str(path))

@@ -304,3 +304,64 @@ def test_live_converter_writes_the_goldens_bytes_again():
                        env={**os.environ, "LLAMA_CPP": LLAMA_CPP, "PROJECT_PYTHON": sys.executable})
     assert r.returncode == 0, r.stderr[-3000:]
     assert sum(line.startswith("ok ") for line in r.stdout.splitlines()) == 6, r.stdout
+
+
+# --- llama.cpp itself (tests/data/gguf/make_llamacpp_golden.py) -------------------------------------
+
+with open(os.path.join(GGUF_DATA, "llamacpp_golden.json"), encoding="utf-8") as f:
+    LLAMA_RUNS = json.load(f)["runs"]
+LLAMA_LOGITS = np.load(os.path.join(GGUF_DATA, "llamacpp_logits.npz"))
+LLAMA_FILES = {"f32": None, "f16": "converter_shakespeare_f16.gguf", "q8_0": "converter_shakespeare_q8_0.gguf"}
+# how far llama.cpp's logits are from ours, as a fraction of the largest (measured: 6.7e-4, 2.0e-4, 6.7e-4,
+# 1.7e-2): it looks GELU up in a float16 table; flash attention, its default on a CPU, rounds K and V to
+# float16 whatever the cache's type; and under Q8_0 it rounds the activations to 8 bits too
+LLAMA_TOLERANCE = {"f32/default": 1e-3, "f32/f32-cache-no-flash": 3e-4, "f16/default": 1e-3, "q8_0/default": 2.5e-2}
+
+
+@pytest.mark.parametrize("run", list(LLAMA_TOLERANCE))
+def test_llama_cpp_tokenizes_and_computes_as_we_do_within_its_float16_rounding(files, run):
+    kind = run.split("/")[0]
+    path = files["shakespeare", "f32"] if LLAMA_FILES[kind] is None else os.path.join(GGUF_DATA, LLAMA_FILES[kind])
+    hparams, params = load_weights(path)
+    encoder = bpe.get_encoder(path)
+    for n, (prompt, theirs) in enumerate(LLAMA_RUNS[run].items()):
+        ids = encoder.encode(prompt, allowed_special="all")
+        assert ids == theirs["ids"], prompt
+        ours = g.gpt2(np.array(ids), params, hparams)[:, ::3]
+        expected = LLAMA_LOGITS[f"{run}/{n}"]
+        assert np.abs(ours - expected).max() <= LLAMA_TOLERANCE[run] * np.abs(expected).max(), (run, prompt)
+
+
+@pytest.mark.parametrize("run", list(LLAMA_TOLERANCE))
+def test_llama_cpps_greedy_ids_are_ours_until_a_near_tie(files, run):
+    """Greedy, step by step: the same id, unless our two best are nearer than the tolerance allows
+    (after which the texts may part: nothing more is compared). Only Q8_0 parts, at a margin of 0.04."""
+    kind = run.split("/")[0]
+    path = files["shakespeare", "f32"] if LLAMA_FILES[kind] is None else os.path.join(GGUF_DATA, LLAMA_FILES[kind])
+    hparams, params = load_weights(path)
+    parted = 0
+    for theirs in LLAMA_RUNS[run].values():
+        ids = list(theirs["ids"])
+        for expected in theirs["greedy"]:
+            logits = g.gpt2(np.array(ids), params, hparams)[-1]
+            best, second = np.sort(logits)[-2:][::-1]
+            if int(logits.argmax()) != expected:
+                assert best - second <= 2 * LLAMA_TOLERANCE[run] * np.abs(logits).max(), (run, ids)
+                parted += 1
+                break
+            ids.append(expected)
+    assert parted <= (1 if kind == "q8_0" else 0)
+
+
+LLAMA_CPP_LIB = os.environ.get("LLAMA_CPP_LIB_PATH", "")
+
+
+@pytest.mark.skipif(not DEV_PYTHON or not LLAMA_CPP_LIB,
+                    reason="needs llama.cpp built (tests/data/gguf/make_llamacpp_golden.py says how): set "
+                           "GPT2_DEV_PYTHON to a python with NumPy and LLAMA_CPP_LIB_PATH to the build's bin folder, then "
+                           "python -m pytest -q tests/test_gguf.py -k live")
+def test_live_llama_cpp_gives_the_goldens_again():
+    r = subprocess.run([DEV_PYTHON, os.path.join(GGUF_DATA, "make_llamacpp_golden.py"), "--check"],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "PROJECT_PYTHON": sys.executable})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sum(line.startswith("ok ") for line in r.stdout.splitlines()) == 12, r.stdout

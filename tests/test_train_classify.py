@@ -282,8 +282,8 @@ def test_gpt2_numpy_on_a_classifier_labels_the_prompt_and_refuses_generating_fla
         with pytest.raises(SystemExit):
             gpt2_cli.main(["--model", golden_classifier, text, "--quiet", *flag])
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "is a classifier (labels ham, other, spam): it gives a text's label" in err
-        assert f"so {flag[0]} does not apply" in err
+        assert err.count("\n") == 1 and "is a classifier (labels ham, other, spam): its output is a label" in err
+        assert f"not the next token, so {flag[0]} does not apply; use evaluate.py classify FILE" in err
 
 
 def test_a_run_starts_from_transformers_classifier_folder_and_its_head_goes_on_training(golden_classifier, tmp_path):
