@@ -199,13 +199,15 @@ def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0, frozen=False, hoo
 # 3. The model
 # ============================================================================
 
-def training_forward(ids, params, hparams, p_drop=0.0, rng=None):
+def training_forward(ids, params, hparams, p_drop=0.0, rng=None, hook=no_hook):
     """gpt2_hidden() with a hook that keeps what the backward needs, and with dropout (probability p_drop)
     where GPT-2 has it: the embeddings' sum, the attention weights and each branch's output.
+    hook: a forward hook applied first (what is kept is what it returns: activation_grads').
     -> (kept per block, {"x": ln_f's input, "ln_f": its output [B, T, C]})"""
     blocks, top = [{} for _ in params["blocks"]], {}
 
     def keep_for_backward(name, x):
+        x = hook(name, x)
         if name == "ln_f":
             top["ln_f"] = x
             return x
@@ -361,11 +363,12 @@ def model_backward(ids, kept, top, params, hparams, dxf, dwte=None, p_drop=0.0, 
     return grads
 
 
-def activation_grads(ids, params, hparams, dlogits, hook):
+def activation_grads(ids, params, hparams, dlogits, hook, forward_hook=no_hook):
     """The backward pass from any metric of the logits, for the activations' gradients: dlogits [B, T, V],
     d metric / d logits, comes back through the tied head (logits = x wteᵀ, so dx = dlogits wte) and
     model_backward, and each activation's gradient goes through hook(name, grad), the forward hooks'
-    mirror. No weight's gradient is made (as for a LoRA run's frozen weights). ids [B, T]"""
+    mirror. No weight's gradient is made (as for a LoRA run's frozen weights). ids [B, T]
+    forward_hook: the forward pass's own hook (an SAE spliced in, say), whose backward `hook` then holds."""
     ids = checked_ids(ids, params)
-    kept, top = training_forward(ids, params, hparams)
+    kept, top = training_forward(ids, params, hparams, hook=forward_hook)
     model_backward(ids, kept, top, params, hparams, matmul(dlogits, params["wte"]), frozen=True, hook=hook)

@@ -11,7 +11,7 @@ has their equations, their pictures, and which TransformerLens setting gives the
 
   1. the metric              logit_difference: logits[-1, A] - logits[-1, B], averaged over the pairs
   2. activation patching     patch: the corrupted run with one activation the clean run's
-  3. direct logit attribution  dla_components, dla_heads: what each part wrote, read along A - B
+  3. direct logit attribution  dla_components, dla_heads (dla_latents, an SAE's): what each part wrote, read along A - B
   4. attribution patching    attribution: patching's first-order estimate, from one backward pass
                              (backward.py's, returning each activation's gradient)
   5. direct path patching    path_patch: one head's change, into one later head's q, k or v alone
@@ -20,6 +20,9 @@ has their equations, their pictures, and which TransformerLens setting gives the
 Every function takes the model's (params, hparams) and token ids, and returns NumPy arrays. The
 prompts come in pairs, [B, T] each: B pairs of the same length T, each pair with its own answer
 and wrong answer ([B] ids). Shapes: L = n_layer, H = n_head, C = n_embd, D = C / H, V = n_vocab.
+Each takes splice too: None (the model as it is), or (hooks, sae), the model with an SAE spliced in and
+TransformerLens's centring, as interface/options.py's sae_splice makes them (hooks: sae.centring_hooks or
+{}; sae: sae.splice's, or None). Every run, forward and backward, is then the spliced model's.
 
 Nothing here runs the model but gpt2_numpy's forward pass: patched runs are its hooks
 (look_inside.run_with_hooks); the fast sweeps run it too, from the patched layer on, over many
@@ -35,7 +38,8 @@ import numpy as np
 
 from backward import activation_grads
 from gpt2_numpy import gpt2_hidden, layer_norm, layer_norm_eps, linear
-from look_inside import run_with_cache, run_with_hooks, shown, taken_back, transformer_lens_name
+from look_inside import activation_shapes, model_hook, run_with_cache, run_with_hooks, sae_hooks, shown, taken_back, \
+    transformer_lens_name
 from plumbing.errors import UserError
 from plumbing.shapes import block_index
 
@@ -48,6 +52,45 @@ ATTRIBUTED = ("resid_pre", "attn_out", "mlp_out", "head")  # attribution's sites
 COMPONENTS = ("q", "k", "v")  # the inputs of a head that path patching can reach
 PATTERNS = ("previous", "duplicate", "induction")  # the heads that head_scores detects
 ROWS = 4096  # positions a fast sweep's batch holds at most: its copies x the pairs x T
+RESIDUAL_SITES = ("hook_embed", "hook_pos_embed", "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out",
+                  "hook_resid_post")  # an SAE at one of these changes the residual stream itself (dla's "sae_error")
+
+
+# ============================================================================
+# 0. The model the experiments run: as it is, or with an SAE spliced in
+# ============================================================================
+
+def spliced(splice, hooks=None):
+    """One run's (hooks, sae) for look_inside: splice's (None: the model as it is), with an experiment's
+    `hooks` after splice's own at the same name (a patch of a centred activation patches it centred)."""
+    base, sae = splice or ({}, None)
+    both = {**base, **(hooks or {})}
+    for name in base.keys() & (hooks or {}).keys():
+        both[name] = chained(base[name], hooks[name])
+    return both, sae
+
+
+def chained(first, then):
+    """Two hooks at one name, one after the other."""
+    def hook(act, name):
+        changed = first(act, name)
+        act = act if changed is None else changed
+        out = then(act, name)
+        return act if out is None else out
+
+    return hook
+
+
+def sae_site(splice):
+    """The hook point of splice's SAE (None: none spliced)."""
+    return splice[1][0] if splice and splice[1] else None
+
+
+def hooked_name(name, splice):
+    """Where an experiment's hook on an activation goes: its name, or at the SAE's own hook point, the SAE's
+    input (SAELens's {site}.hook_sae_input: the SAE encodes the patched activation; its error term, with
+    use_error_term, stays the run's own)."""
+    return f"{name}.hook_sae_input" if name == sae_site(splice) else name
 
 
 # ============================================================================
@@ -91,16 +134,18 @@ def pairs(clean_ids, corrupted_ids, answer, wrong, params):
     return clean_ids, corrupted_ids, answer, wrong
 
 
-def metric(params, hparams, ids, answer, wrong):
-    """The metric of one run of the prompts ids [B, T] (the model unchanged)."""
+def metric(params, hparams, ids, answer, wrong, splice=None):
+    """The metric of one run of the prompts ids [B, T] (no experiment's hook)."""
     ids, answer, wrong = answers(ids, answer, wrong, params)
-    return logit_difference(run_with_hooks(ids, params, hparams, {}), answer, wrong)
+    hooks, sae = spliced(splice)
+    return logit_difference(run_with_hooks(ids, params, hparams, hooks, sae=sae), answer, wrong)
 
 
-def metrics(params, hparams, clean_ids, corrupted_ids, answer, wrong):
+def metrics(params, hparams, clean_ids, corrupted_ids, answer, wrong, splice=None):
     """The metric of each run: (clean, corrupted)."""
     clean_ids, corrupted_ids, answer, wrong = pairs(clean_ids, corrupted_ids, answer, wrong, params)
-    return metric(params, hparams, clean_ids, answer, wrong), metric(params, hparams, corrupted_ids, answer, wrong)
+    return (metric(params, hparams, clean_ids, answer, wrong, splice),
+            metric(params, hparams, corrupted_ids, answer, wrong, splice))
 
 
 def normalized(values, clean, corrupted):
@@ -148,34 +193,41 @@ def patch_cells(site, all_positions, hparams, T):
     return shape, [(cell, cell[0], f"blocks.{cell[0]}.{SITES[site]}", index(*cell[1:])) for cell in np.ndindex(shape)]
 
 
-def patch(params, hparams, clean_ids, corrupted_ids, answer, wrong, site, all_positions=False, fast=True):
+def patch(params, hparams, clean_ids, corrupted_ids, answer, wrong, site, all_positions=False, fast=True,
+          splice=None):
     """Activation patching: the corrupted run, with one activation at a time replaced by the clean run's;
     each cell's value is that run's metric (TransformerLens's get_act_patch_*).
     site: resid_pre, resid_mid, attn_out, mlp_out -> [L, T] (one position of one layer); head -> [L, T, H] (one
     head's z at one position), or with all_positions [L, H]; q, k, v, pattern -> [L, H] (one head, every position).
-    fast: run_patched_fast (False: run_patched, one forward pass a cell)."""
+    fast: run_patched_fast (False: run_patched, one forward pass a cell). At an SAE's hook point the patch is the
+    SAE's input's (hooked_name)."""
     clean_ids, corrupted_ids, answer, wrong = pairs(clean_ids, corrupted_ids, answer, wrong, params)
     shape, where = patch_cells(site, all_positions, hparams, clean_ids.shape[1])
-    _, clean = run_with_cache(clean_ids, params, hparams, names=sorted({name for _, _, name, _ in where}))
-    cells = [(layer, {name: patch_hook(clean[name], index)}) for _, layer, name, index in where]
+    hooks, sae = spliced(splice)
+    _, clean = run_with_cache(clean_ids, params, hparams, names=sorted({name for _, _, name, _ in where}), sae=sae,
+                              hooks=hooks)
+    cells = [(layer, {hooked_name(name, splice): patch_hook(clean[name], index)}) for _, layer, name, index in where]
     run = run_patched_fast if fast else run_patched
-    return np.array(run(params, hparams, corrupted_ids, cells, answer, wrong), np.float32).reshape(shape)
+    return np.array(run(params, hparams, corrupted_ids, cells, answer, wrong, splice), np.float32).reshape(shape)
 
 
-def run_patched(params, hparams, corrupted_ids, cells, answer, wrong):
+def run_patched(params, hparams, corrupted_ids, cells, answer, wrong, splice=None):
     """Each cell's metric, one forward pass of the corrupted prompts a cell, with its hooks (look_inside's).
     cells: [(the first layer its hooks change, {TransformerLens name: hook(act, name)})] -> [len(cells)]"""
-    return [logit_difference(run_with_hooks(corrupted_ids, params, hparams, hooks), answer, wrong)
+    return [logit_difference(run_with_hooks(corrupted_ids, params, hparams, *spliced(splice, hooks)), answer, wrong)
             for _, hooks in cells]
 
 
-def run_patched_fast(params, hparams, corrupted_ids, cells, answer, wrong):
+def run_patched_fast(params, hparams, corrupted_ids, cells, answer, wrong, splice=None):
     """run_patched's numbers, many cells a pass: the cells that start at layer l run as copies of the
     corrupted prompts in one batch, through blocks l..L-1 only (from the corrupted run's residual stream at
-    layer l, computed once), to ln_f at the last position and the metric's two logits. -> [len(cells)]"""
+    layer l, computed once), to ln_f at the last position and the metric's two logits. -> [len(cells)]
+    With an SAE spliced, the copies run it too (copies_forward), so the numbers stay run_patched's."""
     B, T = corrupted_ids.shape
     layers = sorted({layer for layer, _ in cells})
-    _, start = run_with_cache(corrupted_ids, params, hparams, names=[f"blocks.{l}.hook_resid_pre" for l in layers])
+    hooks, sae = spliced(splice)
+    _, start = run_with_cache(corrupted_ids, params, hparams, names=[f"blocks.{l}.hook_resid_pre" for l in layers],
+                              sae=sae, hooks=hooks)
     out = np.empty(len(cells), np.float32)
     per_batch = max(1, ROWS // (B * T))
     for layer in layers:
@@ -183,38 +235,51 @@ def run_patched_fast(params, hparams, corrupted_ids, cells, answer, wrong):
         for chunk in range(0, len(todo), per_batch):
             copies = todo[chunk:chunk + per_batch]
             hidden = copies_forward(params, hparams, corrupted_ids, start[f"blocks.{layer}.hook_resid_pre"], layer,
-                                    [cells[i][1] for i in copies])  # [n, B, C]
+                                    [cells[i][1] for i in copies], splice)  # [n, B, C]
             logits = answer_logits(hidden, params["wte"], answer, wrong)  # [n, B, 1, 2]
             out[copies] = [logit_difference(copy, np.zeros(B, int), np.ones(B, int)) for copy in logits]
     return out
 
 
-def copies_forward(params, hparams, ids, resid, layer, hooks):
+def copies_forward(params, hparams, ids, resid, layer, hooks, splice=None):
     """The model from block `layer` on, over len(hooks) copies of the prompts, copy j with hooks[j]:
     ln_f's output at the last position.   ids [B, T], resid [B, T, C] (the residual stream into block
-    `layer`), hooks [{TransformerLens name: hook(act, name)}] -> [n, B, C]"""
+    `layer`, before an SAE there), hooks [{TransformerLens name: hook(act, name)}] -> [n, B, C]
+    splice: as every run's; its hooks and SAE act on all the copies at once (the SAE after the copies' own
+    hooks, and after those on its input, {site}.hook_sae_input, as look_inside splices it)."""
     n, B = len(hooks), len(ids)
     later = dict(params, blocks=params["blocks"][layer:])  # the blocks before `layer` are done: resid is theirs
+    base, sae = splice or ({}, None)
+    site = sae_site(splice)
 
-    def hook(name, x):
-        i = block_index(name)
-        if i is None:  # the embeddings (made again, and replaced below) and ln_f: no copy changes them
-            return x
-        full = f"h{i + layer}.{name.split('.', 1)[1]}"  # the name as the whole model has it: h0 of `later` is h{layer}
-        if full == f"h{layer}.resid_pre":  # with one pair, every copy's is one array in memory, a read-only view:
-            x = np.broadcast_to(resid, (n,) + resid.shape).reshape(x.shape)  # a hook writing in it would patch all
-        tl = transformer_lens_name(full)
+    def each_copy(view, tl):  # the copies' own hooks at tl, copy by copy: -> view, or the patched copies
         if not any(tl in h for h in hooks):
-            return x
-        view = shown(full, x)
-        acts = view.reshape((n, B) + view.shape[1:])  # [n, B, ...]: copy by copy
+            return view
+        acts = view.reshape((n, B) + view.shape[1:])  # [n, B, ...]
         out = np.array(acts)
         for j, h in enumerate(hooks):
             if tl in h:
                 patched = h[tl](acts[j], tl)
                 if patched is not None:
                     out[j] = patched
-        return taken_back(full, out.reshape((n * B,) + out.shape[2:]))
+        return out.reshape(view.shape)
+
+    def hook(name, x):
+        if name in ("wte", "wpe"):  # the embeddings: made again, and replaced below
+            return x
+        i = block_index(name)
+        full = name if i is None else f"h{i + layer}.{name.split('.', 1)[1]}"  # h0 of `later` is h{layer}
+        if full == f"h{layer}.resid_pre":  # with one pair, every copy's is one array in memory, a read-only view:
+            x = np.broadcast_to(resid, (n,) + resid.shape).reshape(x.shape)  # a hook writing in it would patch all
+        tl = transformer_lens_name(full)
+        view = original = shown(full, x)
+        if tl in base:
+            changed = base[tl](view, tl)
+            view = view if changed is None else changed
+        view = each_copy(view, tl)
+        if tl == site:
+            view = sae[1](each_copy(view, f"{site}.hook_sae_input"), view)[0]
+        return x if view is original else taken_back(full, view)
 
     tiled = np.broadcast_to(ids, (n, B, ids.shape[1])).reshape(n * B, -1)
     hidden = gpt2_hidden(tiled, later, hparams, last_only=True, hook=hook)
@@ -248,28 +313,63 @@ def dla_component(component, scale, direction):
     return ((centred / scale) * direction).sum(-1)
 
 
-def dla_run(params, hparams, ids, answer, wrong, names):
-    """One forward pass for direct logit attribution: (the cache of `names` at the last position, σ [B, 1],
-    the direction [B, C])."""
+def dla_run(params, hparams, ids, answer, wrong, names, splice=None):
+    """One forward pass for direct logit attribution: (the cache of `names` at the last position, with
+    "final", what ln_f reads; σ [B, 1], the direction [B, C])."""
     L = hparams["n_layer"]
+    site = sae_site(splice)
+    if site == "ln_final.hook_normalized":
+        raise UserError("an SAE at ln_final.hook_normalized changes the logits after ln_f: direct logit attribution "
+                        "reads the residual stream before it")
     last = f"blocks.{L - 1}.hook_resid_post"
-    _, cache = run_with_cache(ids, params, hparams, names=names + [last])
+    last = f"{last}.hook_sae_output" if site == last else last  # the SAE's output is what goes on into ln_f
+    hooks, sae = spliced(splice)
+    _, cache = run_with_cache(ids, params, hparams, names=names + [last], sae=sae, hooks=hooks)
     at_last = {name: np.broadcast_to(a, (len(ids),) + a.shape[1:])[:, -1] for name, a in cache.items()}
+    at_last["final"] = at_last[last]
     return at_last, final_scale(at_last[last], layer_norm_eps(hparams)), logit_direction(params, answer, wrong)
 
 
-def dla_components(params, hparams, ids, answer, wrong):
+def dla_parts(hparams, splice=None):
+    """direct logit attribution's components, in the residual stream's order: {label: the activation}, and with an
+    SAE spliced where it changes the residual stream itself (RESIDUAL_SITES), what it changed there: its label
+    ("1_sae_error" at blocks.1's hook points, "sae_error" at the embeddings') -> None."""
+    parts = {"embed": "hook_embed", "pos_embed": "hook_pos_embed"}
+    for i in range(hparams["n_layer"]):
+        parts.update({f"{i}_attn_out": f"blocks.{i}.hook_attn_out", f"{i}_mlp_out": f"blocks.{i}.hook_mlp_out"})
+    site = sae_site(splice)
+    if site is None or site.rsplit(".", 1)[-1] not in RESIDUAL_SITES:
+        return parts
+    layer, hook = int(site.split(".")[1]) if site.startswith("blocks.") else None, site.rsplit(".", 1)[-1]
+    after = {"hook_embed": "embed", "hook_pos_embed": "pos_embed", "hook_attn_out": f"{layer}_attn_out",
+             "hook_resid_mid": f"{layer}_attn_out", "hook_mlp_out": f"{layer}_mlp_out",
+             "hook_resid_post": f"{layer}_mlp_out",
+             "hook_resid_pre": f"{layer - 1}_mlp_out" if layer else "pos_embed"}[hook]
+    labels = list(parts)
+    labels.insert(labels.index(after) + 1, "sae_error" if layer is None else f"{layer}_sae_error")
+    return {label: parts.get(label) for label in labels}
+
+
+def dla_components(params, hparams, ids, answer, wrong, splice=None):
     """Direct logit attribution by component: the embeddings and each layer's attention and MLP
     outputs, as TransformerLens's decompose_resid + logit_attrs (ln_f folded), averaged over the prompts.
-    ids [B, T], answer, wrong [B] -> (labels ["embed", "pos_embed", "0_attn_out", "0_mlp_out", ...], [2 + 2L])"""
+    ids [B, T], answer, wrong [B] -> (labels ["embed", "pos_embed", "0_attn_out", "0_mlp_out", ...], [2 + 2L])
+    With an SAE spliced into the residual stream, what it changed (x̂ - x, its output less its input, at its hook
+    point) is one more component (dla_parts), so that the components still add up to what ln_f reads."""
     ids, answer, wrong = answers(ids, answer, wrong, params)
-    L = hparams["n_layer"]
-    parts = {"embed": "hook_embed", "pos_embed": "hook_pos_embed"}
-    for i in range(L):
-        parts.update({f"{i}_attn_out": f"blocks.{i}.hook_attn_out", f"{i}_mlp_out": f"blocks.{i}.hook_mlp_out"})
-    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, list(parts.values()))
-    return list(parts), np.array([dla_component(cache[name], scale, direction).mean() for name in parts.values()],
-                                 np.float32)
+    written, _, scale, direction = dla_written(params, hparams, ids, answer, wrong, splice)
+    return list(written), np.array([dla_component(c, scale, direction).mean() for c in written.values()], np.float32)
+
+
+def dla_written(params, hparams, ids, answer, wrong, splice=None):
+    """What each of dla_components' components wrote at the last position, and what ln_f read there:
+    -> ({label: [B, C]}, [B, C], σ [B, 1], the direction [B, C]). The first add up to the second."""
+    parts, site = dla_parts(hparams, splice), sae_site(splice)
+    names = [n for n in parts.values() if n] + ([site, f"{site}.hook_sae_output"] if site else [])
+    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, names, splice)
+    written = {label: cache[name] if name else cache[f"{site}.hook_sae_output"] - cache[site]
+               for label, name in parts.items()}
+    return written, cache["final"], scale, direction
 
 
 def output_weights(c_proj, n_head):
@@ -282,17 +382,33 @@ def head_results(z, c_proj, n_head):
     return np.einsum("...hd,hdc->...hc", z, output_weights(c_proj, n_head))
 
 
-def dla_heads(params, hparams, ids, answer, wrong):
+def dla_heads(params, hparams, ids, answer, wrong, splice=None):
     """Direct logit attribution by head: each head's z @ W_O[h] at the last position, scaled and read as
     dla_components reads a component (TransformerLens's stack_head_results with fold_value_biases=False).
     ids [B, T], answer, wrong [B] -> (labels ["L0H0", "L0H1", ...], [L · H])"""
     ids, answer, wrong = answers(ids, answer, wrong, params)
     L, H = hparams["n_layer"], hparams["n_head"]
     z = [f"blocks.{i}.attn.hook_z" for i in range(L)]
-    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, z)
+    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, z, splice)
     results = [head_results(cache[z[i]], params["blocks"][i]["attn"]["c_proj"], H) for i in range(L)]  # [B, H, C]
     values = [dla_component(results[i][:, h], scale, direction).mean() for i in range(L) for h in range(H)]
     return [f"L{i}H{h}" for i in range(L) for h in range(H)], np.array(values, np.float32)
+
+
+def dla_latents(params, hparams, ids, answer, wrong, W_dec, splice):
+    """Direct logit attribution by SAE latent (ARENA 1.3's): latent i wrote f_i W_dec[i] at the SAE's hook point,
+    each read as dla_components reads a component, averaged over the prompts. With the decoder's bias's share
+    (and the error term's, where it is spliced) they add up to the share of what the SAE wrote, its output.
+    W_dec [d_sae, C]: the SAE's decoder -> [d_sae]"""
+    site = sae_site(splice)
+    if site is None or site.rsplit(".", 1)[-1] not in RESIDUAL_SITES:
+        raise UserError("direct logit attribution by latent reads an SAE that writes into the residual stream "
+                        f"({', '.join(RESIDUAL_SITES)}); " + (f"this one is at {site}" if site else "none is spliced"))
+    ids, answer, wrong = answers(ids, answer, wrong, params)
+    acts = f"{site}.hook_sae_acts_post"
+    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, [acts], splice)
+    centred = W_dec - W_dec.mean(-1, keepdims=True)  # ((f_i W_dec[i] - its mean) / σ) · direction, for every i
+    return (cache[acts] * ((direction / scale) @ centred.T)).mean(0).astype(np.float32)
 
 
 # ============================================================================
@@ -312,34 +428,54 @@ def logit_difference_grad(ids_shape, n_vocab, answer, wrong):
     return d
 
 
-def gradients(ids, params, hparams, dlogits, names):
+def gradients(ids, params, hparams, dlogits, names, splice=None):
     """∂metric/∂a for the activations `names` (TransformerLens's names and layouts), from backward.py,
-    given ∂metric/∂logits [B, T, V]: the backward pass's mirror of run_with_cache. -> {name: [B, ...]}"""
-    grads = {}
+    given ∂metric/∂logits [B, T, V]: the backward pass's mirror of run_with_cache. -> {name: [B, ...]}
+    With splice, the forward pass is the spliced model's and the backward mirrors it: at the SAE's hook point
+    the gradient goes back through the SAE (sae.input_grad: SAELens's, through x̂ alone), and is the gradient of
+    the SAE's input there; through each of splice's hooks, the centring (a projection, x - mean x), it goes back
+    as the projection's own transpose, itself: g - mean g."""
+    base, sae = splice or ({}, None)
+    site, grads, inputs = sae_site(splice), {}, {}
+    forward = sae_hooks(base, sae, activation_shapes(hparams, *np.shape(np.atleast_2d(ids))))
+    if sae:
+        splicing = forward[site]
+
+        def keep_input(x, name):  # what the SAE read: its backward needs it
+            out, latents = splicing(x, name, keep=True)
+            inputs[site] = latents[f"{site}.hook_sae_input"]
+            return out
+
+        forward = {**forward, site: keep_input}
 
     def keep(name, d):
         tl = transformer_lens_name(name)
+        if tl == site:
+            d = taken_back(name, sae[2](inputs[site], shown(name, d)))
         if tl in names:
             grads[tl] = shown(name, d)
+        if tl in base:
+            d = taken_back(name, base[tl](shown(name, d), tl))
         return d
 
-    activation_grads(np.atleast_2d(ids), params, hparams, dlogits, keep)
+    activation_grads(np.atleast_2d(ids), params, hparams, dlogits, keep, model_hook(forward))
     return grads
 
 
-def attribution(params, hparams, clean_ids, corrupted_ids, answer, wrong, site):
+def attribution(params, hparams, clean_ids, corrupted_ids, answer, wrong, site, splice=None):
     """Attribution patching: at each activation a, (a_clean - a_corrupted) · ∂metric/∂a, the gradient on
     the corrupted run, summed over a's last axis (and over the pairs, whose mean the metric is).
     site: resid_pre, attn_out, mlp_out -> [L, T]; head (z) -> [L, T, H]. TransformerLens's attribution_patch
-    node scores (head, mlp_out), or its forward and backward hooks."""
+    node scores (head, mlp_out), or its forward and backward hooks. At an SAE's hook point, a is the SAE's input."""
     if site not in ATTRIBUTED:
         raise UserError(f"no site {site!r} for attribution: choose from {', '.join(ATTRIBUTED)}", arg="site")
     clean_ids, corrupted_ids, answer, wrong = pairs(clean_ids, corrupted_ids, answer, wrong, params)
     names = [f"blocks.{i}.{SITES[site]}" for i in range(hparams["n_layer"])]
-    _, clean = run_with_cache(clean_ids, params, hparams, names=names)
-    _, corrupted = run_with_cache(corrupted_ids, params, hparams, names=names)
+    hooks, sae = spliced(splice)
+    _, clean = run_with_cache(clean_ids, params, hparams, names=names, sae=sae, hooks=hooks)
+    _, corrupted = run_with_cache(corrupted_ids, params, hparams, names=names, sae=sae, hooks=hooks)
     dlogits = logit_difference_grad(corrupted_ids.shape, params["wte"].shape[0], answer, wrong)
-    grads = gradients(corrupted_ids, params, hparams, dlogits, names)
+    grads = gradients(corrupted_ids, params, hparams, dlogits, names, splice)
     return np.stack([((clean[n] - corrupted[n]) * grads[n]).sum(-1).sum(0) for n in names])
 
 
@@ -366,11 +502,12 @@ def path_hook(resid, delta, block, head, component, hparams):
     return hook
 
 
-def path_patch(params, hparams, clean_ids, corrupted_ids, answer, wrong, source, component, fast=True):
+def path_patch(params, hparams, clean_ids, corrupted_ids, answer, wrong, source, component, fast=True, splice=None):
     """Direct path patching (TransformerLens 4.3.0's get_act_patch_direct_path): head (L, H)'s change,
     (z_clean - z_corrupted) @ W_O[H], added at every position to the input of each later head's query,
     key or value (component) and to nothing else; the metric of each such run.
-    source (layer, head) -> [L, H], 0 for the layers up to the source's."""
+    source (layer, head) -> [L, H], 0 for the layers up to the source's. With an SAE spliced at a later
+    resid_pre, the receiving head reads the SAE's output there, plus the change (which passes by the SAE)."""
     if component not in COMPONENTS:
         raise UserError(f"no component {component!r}: choose from q, k, v", arg="component")
     clean_ids, corrupted_ids, answer, wrong = pairs(clean_ids, corrupted_ids, answer, wrong, params)
@@ -380,18 +517,23 @@ def path_patch(params, hparams, clean_ids, corrupted_ids, answer, wrong, source,
         raise UserError(f"must be a head of the model, layer 0..{L - 1} and head 0..{H - 1}, got {layer}.{head}",
                         arg="source")
     z_name = f"blocks.{layer}.attn.hook_z"
-    resid = [f"blocks.{i}.hook_resid_pre" for i in range(layer + 1, L)]
-    _, clean = run_with_cache(clean_ids, params, hparams, names=[z_name])
-    _, corrupted = run_with_cache(corrupted_ids, params, hparams, names=[z_name] + resid)
+    site = sae_site(splice)
+    read = {i: f"blocks.{i}.hook_resid_pre" for i in range(layer + 1, L)}  # what block i's ln_1 reads
+    read = {i: f"{name}.hook_sae_output" if name == site else name for i, name in read.items()}
+    hooks, sae = spliced(splice)
+    _, clean = run_with_cache(clean_ids, params, hparams, names=[z_name], sae=sae, hooks=hooks)
+    _, corrupted = run_with_cache(corrupted_ids, params, hparams, names=[z_name] + list(read.values()), sae=sae,
+                                  hooks=hooks)
     W_O = output_weights(params["blocks"][layer]["attn"]["c_proj"], H)[head]  # [D, C]
     delta = (clean[z_name][:, :, head] - corrupted[z_name][:, :, head]) @ W_O  # [B, T, C]
-    cells = [(i, {f"blocks.{i}.attn.hook_{component}": path_hook(corrupted[f"blocks.{i}.hook_resid_pre"], delta,
+    cells = [(i, {f"blocks.{i}.attn.hook_{component}": path_hook(corrupted[read[i]], delta,
                                                                   params["blocks"][i], h, component, hparams)})
              for i in range(layer + 1, L) for h in range(H)]
     out = np.zeros((L, H), np.float32)
     run = run_patched_fast if fast else run_patched
     if cells:
-        out[layer + 1:] = np.reshape(run(params, hparams, corrupted_ids, cells, answer, wrong), (L - layer - 1, H))
+        out[layer + 1:] = np.reshape(run(params, hparams, corrupted_ids, cells, answer, wrong, splice),
+                                     (L - layer - 1, H))
     return out
 
 
@@ -418,15 +560,17 @@ def detection_pattern(tokens, pattern):
     raise UserError(f"no pattern {pattern!r}: choose from {', '.join(PATTERNS)}", arg="pattern")
 
 
-def head_scores(params, hparams, ids, pattern):
+def head_scores(params, hparams, ids, pattern, splice=None):
     """Each head's detection score (TransformerLens's detect_head, error_measure="mul"): the share of its
     attention on the detection pattern, Σ (attention ⊙ detection) / Σ attention (= / T, each row summing
     to 1), over every row. ids [T], one text -> [L, H]. (look_inside's induction_scores and
-    previous_token_scores average over the rows that have a target instead.)"""
+    previous_token_scores average over the rows that have a target instead.) With an SAE spliced, the layers
+    after it attend as the spliced model does."""
     ids = np.asarray(ids)
     detection = detection_pattern(ids, pattern)
     names = [f"blocks.{i}.attn.hook_pattern" for i in range(hparams["n_layer"])]
-    _, cache = run_with_cache(ids[None], params, hparams, names=names)
+    hooks, sae = spliced(splice)
+    _, cache = run_with_cache(ids[None], params, hparams, names=names, sae=sae, hooks=hooks)
     weights = np.stack([cache[n][0] for n in names])  # [L, H, T, T]
     return ((weights * detection).sum((-1, -2)) / weights.sum((-1, -2))).astype(np.float32)
 

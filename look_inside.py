@@ -64,6 +64,8 @@ def shown(name, x):
 def taken_back(name, x):
     """A hook's replacement, back in the model's layout; float32, as everything the model makes."""
     x = np.asarray(x, dtype=np.float32)
+    if name == "wpe" and x.ndim == 3 and len(x) == 1:  # shown as [1, T, C]: the model's is [T, C]
+        return x[0]
     return x.swapaxes(1, 2) if name.split(".", 1)[-1] in HEADS_SECOND else x
 
 
@@ -101,36 +103,61 @@ def name_filter(names, known):
 def run_with_cache(ids, params, hparams, names=None, memory=None, sae=None, hooks=None):
     """One forward pass that keeps activations: -> (logits [B, T, V], cache {name: array}).
     names: which to keep (a list of TransformerLens names, or a predicate; default all).
-    sae: an SAE spliced in at its hook point, as sae.splice makes it: (the hook's name, fn(x) -> (what goes
-    on, {SAELens's names: arrays})); its latents are kept too (blocks.0.hook_resid_pre.hook_sae_acts_post, ...).
-    hooks: run_with_hooks', applied first (what is kept is what they return).
+    sae: an SAE spliced in at its hook point, as sae.splice makes it: (the hook's name, fn(x, unhooked) -> (what
+    goes on, {SAELens's names: arrays}), its backward); its latents are kept too
+    (blocks.0.hook_resid_pre.hook_sae_acts_post, ...).
+    hooks: run_with_hooks', applied first (what is kept is what they return; sae_hooks says where a hook on the
+    SAE's input goes).
     Everything for B sequences of T tokens takes 4·B·T·(L·(19·C + 2·H·T) + 3·C) bytes: a request
     that would not fit in `memory`
     (default: what the OS has available) is refused before any work."""
     ids = np.atleast_2d(np.asarray(ids))
     shapes = activation_shapes(hparams, *ids.shape)
-    site, run = sae or (None, None)
+    site = sae[0] if sae else None
     sae_names = [f"{site}.{hook}" for hook in SAE_HOOKS] if sae else []
     wanted = name_filter(names, {**shapes, **dict.fromkeys(sae_names)})
-    check_names(hooks or {}, shapes)
+    hooks = sae_hooks(hooks or {}, sae, shapes)
     need = 4 * sum(int(np.prod(shape)) for name, shape in shapes.items() if wanted(name))
     check_fits(need, available_memory() if memory is None else memory,
                f"caching these activations for {ids.shape[0]} x {ids.shape[1]} tokens",
                "keep fewer (names=...) or use fewer tokens")
-    cache, changing = {}, model_hook(hooks or {})
+    cache, changing = {}, model_hook(hooks)
 
     def record(name, x):
-        x = changing(name, x)
         tl = transformer_lens_name(name)
-        if wanted(tl):
-            cache[tl] = shown(name, x)
-        if tl == site:
-            out, latents = run(shown(name, x))
+        if tl == site:  # the SAE's: the activation the model made there, and its latents
+            out, latents = hooks[site](shown(name, x), tl, keep=True)
             cache.update({k: v for k, v in latents.items() if wanted(k)})
             return taken_back(name, out)
+        x = changing(name, x)
+        if wanted(tl):
+            cache[tl] = shown(name, x)
         return x
 
     return gpt2(ids, params, hparams, hook=record), cache
+
+
+def sae_hooks(hooks, sae, shapes):
+    """run_with_hooks' hooks, checked, with the SAE spliced in at its hook point, after any hook at that name (the
+    model's: what the SAE reads, and what its error term is taken from), and after a hook named
+    {site}.hook_sae_input (SAELens's: it changes what the SAE encodes, not the error term).
+    -> {name: hook}; the site's is fn(x, name, keep=False) -> what goes on (with keep, and {the site: the
+    activation the model made there, and the SAE's latents})"""
+    site = sae[0] if sae else None
+    check_names([n for n in hooks if n != f"{site}.hook_sae_input"], shapes)
+    if not sae:
+        return hooks
+    run, nothing = sae[1], lambda x, name: None
+    before, on_input = hooks.get(site) or nothing, hooks.get(f"{site}.hook_sae_input") or nothing
+
+    def spliced(x, name, keep=False):
+        changed = before(x, name)  # None: x as it is
+        x = x if changed is None else np.asarray(changed, np.float32)
+        changed = on_input(x, f"{name}.hook_sae_input")
+        out, latents = run(x if changed is None else np.asarray(changed, np.float32), x)
+        return (out, {name: x, **latents}) if keep else out
+
+    return {**{n: h for n, h in hooks.items() if n != f"{site}.hook_sae_input"}, site: spliced}
 
 
 def model_hook(hooks):
@@ -156,19 +183,10 @@ def model_hook(hooks):
 def run_with_hooks(ids, params, hparams, hooks, sae=None):
     """The forward pass with activations changed by hooks ({name: fn(activation, name)}): -> logits.
     For ablation (fn returns zeros, or a mean) and patching (fn returns another run's activation).
-    sae: an SAE spliced in (run_with_cache's), after any hook at the same name."""
+    sae: an SAE spliced in (run_with_cache's), after any hook at the same name; a hook on its input is named
+    as SAELens names it, {site}.hook_sae_input (sae_hooks)."""
     ids = np.atleast_2d(np.asarray(ids))
-    check_names(hooks, activation_shapes(hparams, *ids.shape))
-    if sae:
-        site, run = sae
-        before = hooks.get(site) or (lambda x, name: None)
-
-        def spliced(x, name):
-            changed = before(x, name)  # None: x as it is
-            return run(x if changed is None else changed)[0]
-
-        hooks = {**hooks, site: spliced}
-    return gpt2(ids, params, hparams, hook=model_hook(hooks))
+    return gpt2(ids, params, hparams, hook=model_hook(sae_hooks(hooks, sae, activation_shapes(hparams, *ids.shape))))
 
 
 def trace(ids, params, hparams, blocks=None, sae=None, hooks=None):

@@ -279,23 +279,40 @@ def splice(sae, use_error_term=False, mask=None):
     """The SAE at its hook point, for look_inside's run_with_cache and run_with_hooks (sae=...): the
     activation x [B, T, d] goes on as x̂, or with use_error_term as x̂ + (x - x̂), so that the model's output
     is unchanged and the latents can be read. mask [B, T]: where to splice (elsewhere x goes on: SAELens's
-    evals leave <|endoftext|> alone). -> (the hook's name, fn(x) -> (what goes on, {SAELens's names: arrays}))"""
+    evals leave <|endoftext|> alone). -> (the hook's name, fn(x, unhooked=None) -> (what goes on, {SAELens's
+    names: arrays}), fn's backward grad(x, g) -> dx). unhooked: the activation before a hook on the SAE's
+    input (SAELens's hook_sae_input) changed it to x: the error term is its own, x - x̂ taken there, as SAELens
+    takes it with the SAE's hooks off."""
     site = hook_name(sae)
 
-    def run(x):
+    def run(x, unhooked=None):
+        unhooked = x if unhooked is None else unhooked
         h = encode_pre(x, sae)
         f = np.maximum(h, 0.0)
         x_hat = decode(f, sae)
-        out = x_hat + (x - x_hat) if use_error_term else x_hat
+        error = unhooked - (x_hat if unhooked is x else decode(encode(unhooked, sae), sae))
+        out = x_hat + error if use_error_term else x_hat
         if mask is not None:
-            out = np.where(mask[..., None], out, x)
+            out = np.where(mask[..., None], out, unhooked)
         latents = {"hook_sae_input": x, "hook_sae_acts_pre": h, "hook_sae_acts_post": f,
                    "hook_sae_recons": x_hat, "hook_sae_output": out}
         if use_error_term:
-            latents["hook_sae_error"] = x - x_hat
+            latents["hook_sae_error"] = error
         return out, {f"{site}.{k}": v for k, v in latents.items()}
 
-    return site, run
+    def grad(x, g):
+        dx = input_grad(x, g, sae)
+        return dx if mask is None else np.where(mask[..., None], dx, g)
+
+    return site, run, grad
+
+
+def input_grad(x, g, sae):
+    """The backward of the spliced SAE for its input, as SAELens's autograd takes it: through x̂ alone, with
+    or without the error term (SAELens computes x - x̂ under torch.no_grad: a constant to the gradient).
+    x̂ = ReLU((x - a b_dec) W_enc + b_enc) W_dec + b_dec:   dx = ((g W_decᵀ) ⊙ [h > 0]) W_encᵀ
+    x, g [..., d_in] (g: the gradient of what went on) -> dx [..., d_in]"""
+    return ((g @ sae["W_dec"].T) * (encode_pre(x, sae) > 0)) @ sae["W_enc"].T
 
 
 def run_with_sae(ids, params, hparams, sae, use_error_term=False, hooks=None):

@@ -3,15 +3,17 @@
     python circuits.py logit-diff  --clean T --answer A --wrong B
     python circuits.py patch       --clean T --corrupted U --answer A --wrong B --site SITE [--all-positions]
                                    [--normalized]
-    python circuits.py dla         --clean T --answer A --wrong B [--by component|head]
+    python circuits.py dla         --clean T --answer A --wrong B [--by component|head|latent]
     python circuits.py attribution --clean T --corrupted U --answer A --wrong B --site SITE
     python circuits.py path        --clean T --corrupted U --answer A --wrong B --source L.H --component q|k|v
     python circuits.py heads       --text T|random:N --pattern previous|duplicate|induction [--seed S]
 
-Every command takes --model, --models-dir and --base-url, --json (one object on stdout) and --html FILE
-(the result as a heatmap, interface/circuits_page.py). Each text is read after <|endoftext|>; the answers
-are one token each. Exit status: 0 done, 2 a user's mistake (one line on stderr, written before any work
-where it can be), 130 interrupted; nothing is written unless the command ends well.
+Every command takes --model, --models-dir and --base-url, --json (one object on stdout), --html FILE
+(the result as a heatmap, interface/circuits_page.py), and --sae SAE_DIR with --use-error-term and
+--center-writing-weights (the experiment on the model with an SAE spliced in: docs/circuits.md). Each
+text is read after <|endoftext|>; the answers are one token each. Exit status: 0 done, 2 a user's mistake
+(one line on stderr, written before any work where it can be), 130 interrupted; nothing is written unless
+the command ends well.
 """
 import argparse
 import json
@@ -22,10 +24,12 @@ import numpy as np
 
 import circuits
 from interface import loading
-from interface.options import at_least, check_page_folder, model_flags, threads_flag, user_message
+from interface.options import at_least, check_page_folder, model_flags, sae_flags, sae_splice, threads_flag, \
+    user_message
 from plumbing.errors import UserError, exit_status, fail
 
 RANDOM = "random:"  # --text random:N: N random ids said twice
+TOP_LATENTS = 20  # dla --by latent: the rows of its table
 
 
 def pair_flags(p, corrupted=True):
@@ -50,8 +54,9 @@ def patch_flags(p):
 
 def dla_flags(p):
     pair_flags(p, corrupted=False)
-    p.add_argument("--by", default="component", choices=("component", "head"),
-                   help="the embeddings and each layer's attention and MLP (default), or each head")
+    p.add_argument("--by", default="component", choices=("component", "head", "latent"),
+                   help="the embeddings and each layer's attention and MLP (default), each head, or with --sae each "
+                        f"of the SAE's latents (the {TOP_LATENTS} largest shown)")
 
 
 def attribution_flags(p):
@@ -104,6 +109,7 @@ def parse_args(argv):
         sub = commands.add_parser(name, help=text, description=text, allow_abbrev=False)
         add_flags(sub)
         model_flags(sub)
+        sae_flags(sub)
         sub.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         sub.add_argument("--html", metavar="FILE", help="also write the result as a heatmap, one self-contained page")
         sub.add_argument("--quiet", action="store_true", help="no progress bars while a model downloads")
@@ -119,6 +125,10 @@ def parse_args(argv):
              "give two different answers")
     if getattr(args, "all_positions", False) and args.site != "head":
         fail(f"--all-positions goes with --site head (--site {args.site} patches one cell at a time as it is)")
+    if args.use_error_term and not args.sae:
+        fail("--use-error-term goes with --sae")
+    if getattr(args, "by", None) == "latent" and not args.sae:
+        fail("--by latent goes with --sae: the latents are an SAE's")
     if args.html:
         check_page_folder(args.html)
     return args
@@ -132,14 +142,28 @@ def main(argv=None):
 def run(args):
     load = loading.load_body if args.command in ACTIVATIONS_ONLY else loading.load_model  # loading.py says why
     encoder, hparams, params = load(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    hooks, sae = sae_splice(args, hparams)  # ({}, None) unless --sae or --center-writing-weights
+    args.splice = (hooks, sae) if hooks or sae else None
     outcome = EXPERIMENTS[args.command](args, encoder, params, hparams)
+    if args.splice:
+        outcome["header"].insert(0, spliced_line(args, sae))
+        outcome["json"].update(sae=sae[0] if sae else None, use_error_term=args.use_error_term,
+                               center_writing_weights=args.center_writing_weights)
     if args.html:
         from interface import circuits_page  # only --html needs it
 
         title = f"{args.command} on {os.path.basename(os.path.normpath(args.model))}"  # a size, or the folder's name
+        title += f", {outcome['header'][0]}" if args.splice else ""  # "with the SAE ... at ..."
         size = circuits_page.write_page(args.html, title, outcome["what"], outcome["tokens"], *outcome["panel"])
         print(f"{args.html}: {size:,} bytes", file=sys.stderr)
     print(json.dumps(outcome["json"]) if args.json else "\n".join(table(outcome)))
+
+
+def spliced_line(args, sae):
+    """The table's first line when the model is not as it came: what is spliced in."""
+    what = [f"the SAE {args.sae} at {sae[0]}" + (" with its error term" if args.use_error_term else "")] if sae else []
+    what += ["the writing weights centred"] if args.center_writing_weights else []
+    return "with " + " and ".join(what)
 
 
 # ----------------------------------------------------------------------------
@@ -234,7 +258,7 @@ def metrics_line(clean_metric, corrupted_metric):
 
 def run_logit_diff(args, encoder, params, hparams):
     clean, _, answer, wrong = pair(args, encoder, hparams)
-    value = circuits.metric(params, hparams, clean, answer, wrong)
+    value = circuits.metric(params, hparams, clean, answer, wrong, args.splice)
     tokens = token_texts(encoder, clean[0])
     return result(tokens, value, f"logit difference {args.answer!r} - {args.wrong!r} at the last position",
                   (["clean"], ["metric"], [[value]], 0.0), clean=value)
@@ -250,8 +274,9 @@ def sweep_table(values, tokens, hparams, by_position):
 
 def run_patch(args, encoder, params, hparams):
     clean, corrupted, answer, wrong = pair(args, encoder, hparams)
-    clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong)
-    values = circuits.patch(params, hparams, clean, corrupted, answer, wrong, args.site, args.all_positions)
+    clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong, args.splice)
+    values = circuits.patch(params, hparams, clean, corrupted, answer, wrong, args.site, args.all_positions,
+                            splice=args.splice)
     center, what = corrupted_metric, "the patched run's metric"
     if args.normalized:
         if clean_metric == corrupted_metric:
@@ -269,15 +294,17 @@ def run_patch(args, encoder, params, hparams):
 def run_dla(args, encoder, params, hparams):
     clean, _, answer, wrong = pair(args, encoder, hparams)
     tokens = token_texts(encoder, clean[0])
-    clean_metric = circuits.metric(params, hparams, clean, answer, wrong)
+    clean_metric = circuits.metric(params, hparams, clean, answer, wrong, args.splice)
     header = [f"the logit difference {args.answer!r} - {args.wrong!r}: {clean_metric:.4f}"]
     if args.by == "head":
-        labels, values = circuits.dla_heads(params, hparams, clean, answer, wrong)
+        labels, values = circuits.dla_heads(params, hparams, clean, answer, wrong, args.splice)
         panel = (layer_labels(hparams), head_labels(hparams),
                  values.reshape(hparams["n_layer"], hparams["n_head"]).tolist(), 0.0)
         return result(tokens, values.tolist(), "each head's share of it (z @ W_O at the last position)", panel,
                       header, clean=clean_metric, labels=labels)
-    labels, values = circuits.dla_components(params, hparams, clean, answer, wrong)
+    if args.by == "latent":
+        return latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clean_metric)
+    labels, values = circuits.dla_components(params, hparams, clean, answer, wrong, args.splice)
     total = float(values.sum())
     return result(tokens, values.tolist(), "each part's share of it, at the last position",
                   (labels, ["share"], [[v] for v in values.tolist()], 0.0), header,
@@ -285,10 +312,22 @@ def run_dla(args, encoder, params, hparams):
                   clean=clean_metric, labels=labels, total=total)
 
 
+def latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clean_metric):
+    """dla --by latent: every latent's share in the JSON ("values", [d_sae]; "top", the ids of the largest), the
+    largest in the table."""
+    W_dec = loading.load_sae(args.sae, args.models_dir, args.quiet)["W_dec"]
+    values = circuits.dla_latents(params, hparams, clean, answer, wrong, W_dec, args.splice)
+    top = np.argsort(-np.abs(values), kind="stable")[:TOP_LATENTS].tolist()
+    return result(tokens, values.tolist(), f"the {len(top)} latents of the largest share (f_i W_dec[i] at the last "
+                                           "position, read along the logit difference)",
+                  ([f"latent {i}" for i in top], ["share"], [[float(values[i])] for i in top], 0.0), header,
+                  clean=clean_metric, top=top)
+
+
 def run_attribution(args, encoder, params, hparams):
     clean, corrupted, answer, wrong = pair(args, encoder, hparams)
-    clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong)
-    values = circuits.attribution(params, hparams, clean, corrupted, answer, wrong, args.site)
+    clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong, args.splice)
+    values = circuits.attribution(params, hparams, clean, corrupted, answer, wrong, args.site, args.splice)
     tokens = token_texts(encoder, clean[0])
     return result(tokens, values.tolist(), f"attribution patching {args.site} (the estimated change of the metric)",
                   sweep_table(values, tokens, hparams, by_position=True) + (0.0,),
@@ -302,8 +341,9 @@ def run_path(args, encoder, params, hparams):
         raise UserError(f"--source {layer}.{head} is in the last layer: no head comes after it for its change to "
                         f"reach; {choose}")
     clean, corrupted, answer, wrong = pair(args, encoder, hparams)
-    clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong)
-    values = circuits.path_patch(params, hparams, clean, corrupted, answer, wrong, args.source, args.component)
+    clean_metric, corrupted_metric = circuits.metrics(params, hparams, clean, corrupted, answer, wrong, args.splice)
+    values = circuits.path_patch(params, hparams, clean, corrupted, answer, wrong, args.source, args.component,
+                                 splice=args.splice)
     # the layers up to the source's are never patched (path_patch's 0s): not measured, so None, not 0
     values = [[None] * hparams["n_head"] if i <= layer else row for i, row in enumerate(values.tolist())]
     return result(token_texts(encoder, clean[0]), values,
@@ -330,7 +370,7 @@ def heads_text(args, encoder, hparams):
 
 def run_heads(args, encoder, params, hparams):
     ids = heads_text(args, encoder, hparams)
-    values = circuits.head_scores(params, hparams, ids, args.pattern)
+    values = circuits.head_scores(params, hparams, ids, args.pattern, args.splice)
     return result(token_texts(encoder, ids), values.tolist(),
                   f"{args.pattern} heads: each head's share of its attention on the pattern, over {len(ids)} tokens",
                   (layer_labels(hparams), head_labels(hparams), values.tolist(), 0.0))

@@ -75,9 +75,9 @@ def parse_args(argv):
             fail("the prompt is not valid UTF-8 text")
     if (args.score or args.trace or args.lens or args.html) and not args.prompt:
         fail("--score, --trace, --lens and --html need a text")
-    if (args.sae or args.center_writing_weights) and not (args.score or args.trace or args.lens or
+    if (args.sae or args.center_writing_weights) and not (args.score or args.trace or args.lens or args.html or
                                                           (args.top and not args.json)):
-        fail("--sae and --center-writing-weights go with a reading: --score, --trace, --top or --lens")
+        fail("--sae and --center-writing-weights go with a reading: --score, --trace, --top, --lens or --html")
     if args.draft is not None:
         check_draft_flags(args, given_flags(p, argv))
     if args.html:
@@ -177,7 +177,7 @@ def run(args):
     elif args.lens:
         run_lens(args, encoder, hparams, params, splice)
     elif args.html:
-        run_html(args, encoder, hparams, params)
+        run_html(args, encoder, hparams, params, splice)
     elif args.top is not None and not args.json:
         run_top(args, encoder, hparams, params, splice)
     elif args.score:
@@ -586,7 +586,7 @@ def run_lens(args, encoder, hparams, params, splice=({}, None)):
         print(f"{name:<7}" + "".join(cell(shown_token(encoder, i)) for i in row))
 
 
-def run_html(args, encoder, hparams, params):
+def run_html(args, encoder, hparams, params, splice=({}, None)):
     from interface import html_page  # only this subcommand needs it
 
     ids = encoder.encode(args.prompt)
@@ -594,7 +594,8 @@ def run_html(args, encoder, hparams, params):
         raise UserError(f"the text has {len(ids)} tokens; the model reads at most {hparams['n_ctx']}")
     title = os.path.basename(os.path.normpath(args.model))  # a size, or the folder's name
     n_next = args.top or html_page.N_NEXT  # --html FILE --top K: the next-token table's rows
-    size = html_page.write_page(args.html, ids, encoder, params, hparams, title=title, n_next=n_next)
+    size = html_page.write_page(args.html, ids, encoder, params, hparams, title=title, n_next=n_next,
+                                hooks=splice[0], sae=splice[1])
     print(f"{args.html}: {size:,} bytes")
 
 

@@ -44,16 +44,18 @@ def render_page(data):
     return PAGE.replace("{{TITLE}}", html.escape(data["title"])).replace("{{DATA}}", payload)
 
 
-def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT):
+def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT, sae=None, hooks=None):
     """Run the model on ids, write the page to path (whole, or not at all); -> its size in bytes.
-    n_next: the rows of the next-token table."""
+    n_next: the rows of the next-token table. sae, hooks: look_inside.run_with_cache's (an SAE spliced in, the
+    centring): the page is the spliced model's, and its title says so."""
     L, H, T = hparams["n_layer"], hparams["n_head"], len(ids)
     estimate = L * H * T * T * 4 // 3
     if estimate > MAX_BYTES:
         raise UserError(f"the page for {T} tokens would hold {estimate / 1e6:,.0f} MB of attention weights: "
                         "use a shorter prompt")
     names = look_inside.lens_activations(L) + [f"blocks.{i}.attn.hook_pattern" for i in range(L)]
-    logits, cache = look_inside.run_with_cache([ids], params, hparams, names=names)  # the one forward pass
+    logits, cache = look_inside.run_with_cache([ids], params, hparams, names=names, sae=sae, hooks=hooks)  # once
+    title = f"{title}, the SAE at {sae[0]} spliced in" if sae else title
     patterns = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(L)])  # [L, H, T, T]
     lens = look_inside.logit_lens([ids], params, hparams, run=(logits, cache))
     top, probs, logprobs = look_inside.next_token_table(logits[0, -1], n_next)

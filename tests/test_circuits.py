@@ -17,6 +17,7 @@ import gpt2_numpy as g
 import look_inside as li
 from plumbing import hf_model
 from plumbing.checkpoint import load_checkpoint
+from plumbing.errors import UserError
 
 GOLDEN = np.load(os.path.join(DATA, "circuits_golden.npz"))
 CASES = ("ioi", "inner", "trained")
@@ -639,3 +640,215 @@ def test_python_circuits_py_runs_the_command_line():
     assert r.returncode == 0 and len(json.loads(r.stdout)["values"]) == 2, r.stderr
     r = subprocess.run([sys.executable, os.path.join(ROOT, "circuits.py"), "dance"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "invalid choice: 'dance'" in r.stderr
+
+
+# --- with an SAE spliced in ------------------------------------------------------------------------
+# tests/data/sae_circuits_golden.npz: SAELens 6.54.12's HookedSAETransformer (tests/data/make_sae_golden.py) on tiny,
+# the SAE tests/data/sae_golden/sae at blocks.1.hook_resid_pre, the two IOI pairs.
+
+SAE_GOLDEN = np.load(os.path.join(DATA, "sae_circuits_golden.npz"))
+SAE_DIR = os.path.join(DATA, "sae_golden", "sae")
+SETTINGS = {"sae": (False, False), "sae_error": (False, True), "centred": (True, False), "centred_error": (True, True)}
+
+
+def a_splice(hp, an_sae, centred=False, use_error_term=False):
+    import sae as S
+
+    return (S.centring_hooks(hp["n_layer"]) if centred else {}), S.splice(an_sae, use_error_term)
+
+
+def random_sae(site, width, seed=0):
+    """A random SAE at any hook point, its biases not 0 and about half its latents firing."""
+    import sae as S
+
+    rng = np.random.default_rng(seed)
+    an_sae = S.new_sae(width, 16, seed, metadata={"hook_name": site})
+    an_sae.update(W_enc=(an_sae["W_enc"] + rng.standard_normal((width, 16)) * 0.5).astype(np.float32),
+                  W_dec=(an_sae["W_dec"] * 10).astype(np.float32),
+                  b_dec=(rng.standard_normal(width) * 0.1).astype(np.float32))
+    return an_sae
+
+
+@pytest.fixture(scope="module")
+def golden_sae():
+    from plumbing import sae_files
+
+    return sae_files.load_sae(SAE_DIR)
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_with_an_sae_spliced_the_experiments_are_saelenss(models, golden_sae, setting):
+    """The metric, a resid_pre sweep (the SAE's own hook point patched at its input, fast and plain), attribution
+    at resid_pre (the gradient back through the SAE and, centred, the centring) and the components, against
+    HookedSAETransformer and torch's autograd."""
+    hp, params = models["ioi"]
+    splice = a_splice(hp, golden_sae, *SETTINGS[setting])
+    args = params, hp, *(SAE_GOLDEN[k] for k in ("clean", "corrupted", "answer", "wrong"))
+    want = {k.split("/", 1)[1]: SAE_GOLDEN[k] for k in SAE_GOLDEN.files if k.startswith(setting + "/")}
+    clean, corrupted = circuits.metrics(*args, splice=splice)
+    assert_close([clean, corrupted], [want["metric_clean"], want["metric_corrupted"]], f"{setting} metric")
+    for fast in (True, False):
+        assert_close(circuits.patch(*args, "resid_pre", fast=fast, splice=splice), want["patch/resid_pre"],
+                     f"{setting} patch (fast {fast})")
+    assert_close(circuits.attribution(*args, "resid_pre", splice=splice), want["attribution/resid_pre"],
+                 f"{setting} attribution")
+    if "dla/components" in want:
+        labels, values = circuits.dla_components(params, hp, args[2], args[4], args[5], splice)
+        assert labels[4] == "1_sae_error"
+        assert_close(values, want["dla/components"], f"{setting} dla")
+        assert_close(circuits.dla_latents(params, hp, args[2], args[4], args[5], golden_sae["W_dec"], splice),
+                     want["dla/latents"], f"{setting} dla by latent")
+
+
+@pytest.mark.parametrize("use_error_term", [False, True])
+def test_the_latents_shares_and_b_decs_and_the_error_terms_are_the_saes_outputs(models, golden_sae, use_error_term):
+    hp, params = models["ioi"]
+    _, _, clean, _, answer, wrong = experiment(models, "ioi")
+    splice = a_splice(hp, golden_sae, use_error_term=use_error_term)
+    latents = circuits.dla_latents(params, hp, clean, answer, wrong, golden_sae["W_dec"], splice)
+    site = "blocks.1.hook_resid_pre"
+    cache, scale, direction = circuits.dla_run(params, hp, clean, answer, wrong, [f"{site}.hook_sae_output"] + (
+        [f"{site}.hook_sae_error"] if use_error_term else []), splice)
+    rest = circuits.dla_component(np.broadcast_to(golden_sae["b_dec"], direction.shape), scale, direction)
+    if use_error_term:
+        rest = rest + circuits.dla_component(cache[f"{site}.hook_sae_error"], scale, direction)
+    whole = circuits.dla_component(cache[f"{site}.hook_sae_output"], scale, direction).mean()
+    assert latents.sum() + rest.mean() == pytest.approx(whole, abs=1e-5)
+    assert np.count_nonzero(latents) > 3
+    with pytest.raises(UserError, match="this one is at blocks.0.mlp.hook_post"):
+        circuits.dla_latents(params, hp, clean, answer, wrong, np.zeros((16, 32), np.float32),
+                             a_splice(hp, random_sae("blocks.0.mlp.hook_post", 32)))
+
+
+SAE_SITES = ["blocks.1.hook_resid_pre", "blocks.0.hook_attn_out", "blocks.0.mlp.hook_post", "hook_embed",
+             "blocks.1.hook_resid_post", "ln_final.hook_normalized"]
+
+
+@pytest.mark.parametrize("site, centred, error", [(site, i % 2 == 0, i % 3 == 0) for i, site in enumerate(SAE_SITES)])
+def test_with_an_sae_spliced_anywhere_the_fast_sweeps_are_the_plain_ones(models, site, centred, error):
+    """run_patched_fast runs the SAE (and the centring) in its copies: each sweep and each path as run_patched."""
+    hp, params = models["ioi"]
+    an_sae = random_sae(site, 32 if "mlp" in site else 8)
+    args = experiment(models, "ioi")
+    splice = a_splice(hp, an_sae, centred, error)
+    for sweep in ("resid_pre", "mlp_out", "v"):
+        fast, plain = (circuits.patch(*args, sweep, fast=f, splice=splice) for f in (True, False))
+        assert_close(fast, plain, f"{site} {sweep}")
+    fast, plain = (circuits.path_patch(*args, (0, 1), "q", fast=f, splice=splice) for f in (True, False))
+    assert_close(fast, plain, f"{site} path")
+    assert np.abs(circuits.patch(*args, "resid_pre", splice=a_splice(hp, an_sae)) -
+                  circuits.patch(*args, "resid_pre")).max() > 1e-3  # the SAE changed the numbers
+
+
+@pytest.mark.parametrize("site, label", [("blocks.1.hook_resid_pre", ("0_mlp_out", "1_sae_error")),
+                                         ("blocks.0.hook_attn_out", ("0_attn_out", "0_sae_error")),
+                                         ("blocks.1.hook_resid_post", ("1_mlp_out", "1_sae_error")),
+                                         ("hook_embed", ("embed", "sae_error")),
+                                         ("blocks.0.mlp.hook_post", None)])
+def test_with_an_sae_spliced_the_components_still_add_up_to_what_ln_f_reads(models, site, label):
+    """What the SAE changed, x̂ - x, is a component of its own where it is written into the residual stream
+    (its place: after `label`'s first); an SAE inside a branch changes that branch's output, which holds it."""
+    hp, params = models["ioi"]
+    _, _, clean, _, answer, wrong = experiment(models, "ioi")
+    splice = a_splice(hp, random_sae(site, 32 if "mlp" in site else 8))
+    written, final, _, _ = circuits.dla_written(params, hp, clean, answer, wrong, splice)
+    close = np.abs(sum(written.values()) - final).max()
+    assert close <= 1e-5 * np.abs(final).max(), close
+    labels, values = circuits.dla_components(params, hp, clean, answer, wrong, splice)
+    if label:
+        assert labels[labels.index(label[0]) + 1] == label[1] and abs(values[labels.index(label[1])]) > 1e-3
+    else:
+        assert len(labels) == 2 + 2 * hp["n_layer"]
+    bias = (params["ln_f"]["b"] * (params["wte"][answer] - params["wte"][wrong])).sum(-1).mean()
+    assert values.sum() + bias == pytest.approx(circuits.metric(params, hp, clean, answer, wrong, splice), abs=1e-5)
+
+
+def test_with_an_sae_and_the_centring_every_gradient_by_finite_differences(models):
+    """The backward's mirror of the spliced forward: at an SAE on blocks.0.hook_attn_out (after the centring at the
+    same name) and upstream of it, against the metric moved by a nudge (float32: a step of 1e-3)."""
+    hp, params = models["ioi"]
+    _, _, clean, _, answer, wrong = experiment(models, "ioi")
+    an_sae = random_sae("blocks.0.hook_attn_out", 8, seed=2)
+    splice = a_splice(hp, an_sae, centred=True)
+    names = ["blocks.0.hook_resid_pre", "blocks.0.hook_attn_out", "blocks.0.ln1.hook_normalized"]
+    dlogits = circuits.logit_difference_grad(clean.shape, params["wte"].shape[0], answer, wrong)
+    grads = circuits.gradients(clean, params, hp, dlogits, names, splice)
+    hooks, spliced = circuits.spliced(splice)
+    rng = np.random.default_rng(0)
+
+    def moved(name, i, step):
+        def nudge(x, _):
+            x = x.copy()
+            x[i] += step
+            return x
+
+        nudged, sae = circuits.spliced(splice, {circuits.hooked_name(name, splice): nudge})
+        return circuits.logit_difference(li.run_with_hooks(clean, params, hp, nudged, sae=sae), answer, wrong)
+
+    for name in names:
+        d = grads[name]
+        for i in [tuple(rng.integers(0, n) for n in d.shape[:-1]) + (j,) for j in range(3)] + [
+                np.unravel_index(np.abs(d).argmax(), d.shape)]:
+            numeric = (moved(name, i, 1e-3) - moved(name, i, -1e-3)) / 2e-3
+            assert abs(d[i] - numeric) <= 2e-3 * max(1.0, abs(numeric)), (name, i, d[i], numeric)
+    assert np.abs(grads["blocks.0.hook_attn_out"].mean(-1)).max() > 1e-3  # the SAE's: the centring's backward counts
+
+
+def sae_cli(capsys, *argv):
+    return cli_json(capsys, *argv, "--sae", SAE_DIR)
+
+
+def test_every_command_takes_an_sae_spliced_in(models, golden_sae, capsys, tmp_path):
+    params, hp, clean, corrupted, answer, wrong = experiment(models, "ioi")
+    clean, corrupted, answer, wrong = clean[:1], corrupted[:1], answer[:1], wrong[:1]
+    splice = a_splice(hp, golden_sae, centred=True, use_error_term=True)
+    out = sae_cli(capsys, "patch", *IOI, "--site", "resid_mid", "--use-error-term", "--center-writing-weights")
+    assert (out["sae"], out["use_error_term"], out["center_writing_weights"]) == ("blocks.1.hook_resid_pre", True, True)
+    np.testing.assert_allclose(out["values"], circuits.patch(params, hp, clean, corrupted, answer, wrong, "resid_mid",
+                                                             splice=splice))
+    splice = a_splice(hp, golden_sae)
+    assert sae_cli(capsys, "logit-diff", *CLEAN_ONLY)["values"] == pytest.approx(
+        circuits.metric(params, hp, clean, answer, wrong, splice))
+    out = sae_cli(capsys, "dla", *CLEAN_ONLY)
+    assert "1_sae_error" in out["labels"] and out["total"] == pytest.approx(sum(out["values"]))
+    np.testing.assert_allclose(out["values"], circuits.dla_components(params, hp, clean, answer, wrong, splice)[1])
+    np.testing.assert_allclose(sae_cli(capsys, "dla", *CLEAN_ONLY, "--by", "head")["values"],
+                               circuits.dla_heads(params, hp, clean, answer, wrong, splice)[1])
+    out = sae_cli(capsys, "dla", *CLEAN_ONLY, "--by", "latent")
+    latents = circuits.dla_latents(params, hp, clean, answer, wrong, golden_sae["W_dec"], splice)
+    np.testing.assert_allclose(out["values"], latents)
+    assert out["top"][:3] == np.argsort(-np.abs(latents))[:3].tolist() and len(out["top"]) == 20
+    np.testing.assert_allclose(sae_cli(capsys, "attribution", *IOI, "--site", "head")["values"],
+                               circuits.attribution(params, hp, clean, corrupted, answer, wrong, "head", splice))
+    np.testing.assert_allclose(sae_cli(capsys, "path", *IOI, "--source", "0.0")["values"][1:],
+                               circuits.path_patch(params, hp, clean, corrupted, answer, wrong, (0, 0), "q",
+                                                   splice=splice)[1:])
+    ids = circuits.repeated_random_tokens(6, 50257, 50256, seed=0)
+    heads = sae_cli(capsys, "heads", "--text", "random:6", "--pattern", "induction")["values"]
+    np.testing.assert_allclose(heads, circuits.head_scores(params, hp, ids, "induction", splice))
+    assert np.abs(np.array(heads)[1] - circuits.head_scores(params, hp, ids, "induction")[1]).max() > 1e-4  # later
+    np.testing.assert_allclose(np.array(heads)[0], circuits.head_scores(params, hp, ids, "induction")[0])  # earlier
+    code, out, _ = cli(capsys, "dla", *CLEAN_ONLY, "--model", TINY, "--sae", SAE_DIR)
+    assert code == 0 and out.startswith(f"with the SAE {SAE_DIR} at blocks.1.hook_resid_pre\n") and "1_sae_error" in out
+    code, _, _ = cli(capsys, "heads", "--text", "a b a b", "--pattern", "previous", "--model", TINY, "--sae", SAE_DIR,
+                     "--center-writing-weights", "--html", str(tmp_path / "p.html"))
+    assert code == 0 and f"heads on tiny, with the SAE {SAE_DIR} at blocks.1.hook_resid_pre and the writing weights " \
+                         "centred" in (tmp_path / "p.html").read_text()
+
+
+def test_an_sae_that_cannot_be_spliced_is_one_line_and_exit_2(capsys, tmp_path):
+    from plumbing import sae_files
+
+    sae_files.save_sae(str(tmp_path / "final"), random_sae("ln_final.hook_normalized", 8))
+    page = tmp_path / "page.html"
+    for argv, message in (
+            (["logit-diff", *CLEAN_ONLY, "--use-error-term"], "error: --use-error-term goes with --sae"),
+            (["dla", *CLEAN_ONLY, "--by", "latent"], "error: --by latent goes with --sae"),
+            (["patch", *IOI, "--sae", SAE_DIR, "--model", os.path.join(DATA, "circuits_model")],
+             "the SAE reads 8 numbers a token but blocks.1.hook_resid_pre has 32"),
+            (["dla", *CLEAN_ONLY, "--sae", str(tmp_path / "final")], "an SAE at ln_final.hook_normalized changes the "
+                                                                    "logits after ln_f"),
+            (["heads", "--text", "x", "--pattern", "previous", "--sae", str(tmp_path / "nothing")], "no such folder")):
+        code, out, err = cli(capsys, *argv, *([] if "--model" in argv else ["--model", TINY]), "--html", str(page))
+        assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+        assert not page.exists()

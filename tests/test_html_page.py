@@ -93,3 +93,29 @@ def test_the_page_runs_the_model_once_and_labels_the_lens_as_the_table_does(tmp_
     assert len(calls) == 1
     assert li.lens_labels(2) == ["embed", "h0", "h1"]
     assert embedded((tmp_path / "p.html").read_text(encoding="utf-8"))["layers"] == li.lens_labels(hp["n_layer"])
+
+
+def test_the_page_of_a_model_with_an_sae_spliced_in_is_the_spliced_runs(tmp_path):
+    """write_page(sae=, hooks=): gpt2_numpy.py --html --sae. The attention after the SAE, the lens and the next
+    tokens are the spliced model's, and the title says what is spliced."""
+    import sae as S
+    from conftest import DATA
+    from plumbing import hf_model, sae_files
+
+    hp, params, _ = hf_model.load_hf_folder(os.path.join(DATA, "hf", "tiny"))
+    encoder = bpe.get_encoder(VOCAB)
+    ids = encoder.encode("First Citizen: we are accounted poor")
+    spliced = S.splice(sae_files.load_sae(os.path.join(DATA, "sae_golden", "sae")))
+    hooks = S.centring_hooks(hp["n_layer"])
+    html_page.write_page(str(tmp_path / "p.html"), ids, encoder, params, hp, title="tiny", sae=spliced, hooks=hooks)
+    data = embedded((tmp_path / "p.html").read_text(encoding="utf-8"))
+    logits, cache = li.run_with_cache([ids], params, hp, sae=spliced, hooks=hooks)
+    T = len(ids)
+    stored = np.frombuffer(base64.b64decode(data["attention"]), np.uint8).reshape(2, 2, T, T) / 255
+    assert np.abs(stored[1] - cache["blocks.1.attn.hook_pattern"][0]).max() <= 0.5 / 255 + 1e-7
+    top, probs, _ = li.next_token_table(logits[0, -1], 10)
+    assert [n["token"] for n in data["next"]] == [encoder.decode([int(i)]) for i in top]
+    assert np.allclose([n["prob"] for n in data["next"]], probs, atol=1e-6)
+    plain = li.run_with_cache([ids], params, hp)[0]
+    assert np.abs(li.next_token_table(plain[0, -1], 10)[1] - probs).max() > 1e-4  # the SAE changed them
+    assert data["title"] == "tiny, the SAE at blocks.1.hook_resid_pre spliced in"

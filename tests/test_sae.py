@@ -263,3 +263,58 @@ def test_centring_the_writes_is_transformerlens_center_writing_weights(tiny):
     close(S.gather(ids, params, hparams, HOOK, hooks), GOLDEN[f"centred/{HOOK}"])
     close_logits(logits, "centred_logits")
     assert abs(GOLDEN[f"centred/{HOOK}"].reshape(-1, 8) - GOLDEN["x"]).max() > 1e-3  # the stream did change
+
+
+# --- splicing: the backward, and a hook on the SAE's input ----------------------------------------------
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_the_sae_input_gradient_by_finite_differences(applied):
+    """input_grad: d (g · x̂(x)) / d x, in float64, against central differences."""
+    rng = np.random.default_rng(3)
+    sae = S.new_sae(5, 12, seed=1, apply_b_dec_to_input=applied)
+    sae.update(b_enc=rng.standard_normal(12) * 0.1, b_dec=rng.standard_normal(5) * 0.3,
+               W_enc=sae["W_enc"] + rng.standard_normal((5, 12)) * 0.3)
+    x, g = rng.standard_normal((2, 3, 5)), rng.standard_normal((2, 3, 5))
+    numeric = numerical_grad(lambda: float((g * S.decode(S.encode(x, sae), sae)).sum()), x)
+    np.testing.assert_allclose(S.input_grad(x, g, sae), numeric, atol=1e-7)
+    assert np.abs(numeric).max() > 0.01  # some latent fired: the gradient is not 0 for nothing
+
+
+def test_the_splices_backward_is_the_saes_and_the_identity_where_it_does_not_splice(golden_sae):
+    x = GOLDEN["x"].reshape(4, 16, 8)
+    g = np.random.default_rng(0).standard_normal(x.shape).astype(np.float32)
+    mask = np.ones((4, 16), bool)
+    mask[:, 0] = False
+    for use_error_term in (False, True):  # SAELens's error term is a constant to the gradient
+        close(S.splice(golden_sae, use_error_term)[2](x, g), S.input_grad(x, g, golden_sae))
+    masked = S.splice(golden_sae, mask=mask)[2](x, g)
+    close(masked[:, 1:], S.input_grad(x, g, golden_sae)[:, 1:])
+    np.testing.assert_array_equal(masked[:, 0], g[:, 0])
+
+
+def test_a_hook_on_the_saes_input_changes_what_it_encodes_and_not_its_error_term(tiny, golden_sae):
+    """{site}.hook_sae_input is SAELens's: with the error term the output is x̂(h(x)) + x - x̂(x). A hook at the
+    site itself is the model's activation: the SAE reads it, and the error term is its own (the output h(x))."""
+    params, hparams = tiny
+    ids = GOLDEN["tokens"][:2]
+    _, cache = look_inside.run_with_cache(ids, params, hparams, names=[HOOK])
+    x = cache[HOOK]
+
+    def doubled(a, name):
+        return 2 * a
+
+    def recons(a):
+        return S.decode(S.encode(a, golden_sae), golden_sae)
+
+    on_input = {f"{HOOK}.hook_sae_input": doubled}
+    _, spliced = look_inside.run_with_cache(ids, params, hparams, sae=S.splice(golden_sae, True), hooks=on_input)
+    close(spliced[f"{HOOK}.hook_sae_input"], 2 * x)
+    close(spliced[HOOK], x)
+    close(spliced[f"{HOOK}.hook_sae_output"], recons(2 * x) + x - recons(x))
+    logits = look_inside.run_with_hooks(ids, params, hparams, on_input, sae=S.splice(golden_sae, True))
+    close(logits, look_inside.run_with_hooks(ids, params, hparams, {HOOK: lambda a, n: recons(2 * a) + a - recons(a)}))
+    _, spliced = look_inside.run_with_cache(ids, params, hparams, sae=S.splice(golden_sae, True),
+                                            hooks={HOOK: doubled})
+    close(spliced[f"{HOOK}.hook_sae_output"], 2 * x)
+    with pytest.raises(UserError, match="no activation is called"):  # without the SAE, the name is no hook's
+        look_inside.run_with_hooks(ids, params, hparams, on_input)

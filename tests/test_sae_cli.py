@@ -158,7 +158,7 @@ def gpt2_numpy(*args):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_the_readings_take_an_sae_spliced_in():
+def test_the_readings_take_an_sae_spliced_in(tmp_path, capsys):
     import sae as S
     from gpt2_numpy import token_logprobs
     from interface.loading import load_model
@@ -179,6 +179,13 @@ def test_the_readings_take_an_sae_spliced_in():
     r = gpt2_numpy(text, "--trace", "--json", "--sae", SAE_DIR)
     names = [s["name"] for s in json.loads(r.stdout)["stages"]]
     assert names.index(f"{HOOK}.hook_sae_acts_post") == names.index(HOOK) + 3
+    from conftest import in_process
+    from interface import gpt2_cli
+
+    page = tmp_path / "page.html"
+    r = in_process(gpt2_cli.main, capsys, text, "--html", page, "--sae", SAE_DIR, "--center-writing-weights",
+                   "--model", MODEL)
+    assert r.returncode == 0 and "the SAE at blocks.1.hook_resid_pre spliced in" in page.read_text(), r.stderr
     for flags, words in ((["--sae", SAE_DIR], "go with a reading"), (["--use-error-term", "--score"], "goes with --sae")):
         r = gpt2_numpy(text, *flags)
         assert r.returncode == 2 and words in r.stderr, r.stderr

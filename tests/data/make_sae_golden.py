@@ -25,6 +25,15 @@ sae_golden.npz:
   norm/factor: √d_in / mean ‖x‖ on x; norm/<name>: the SAE with it folded (fold_activation_norm_scaling_factor)
   centred/<hook>, centred_logits/: the residual stream and the logits of TransformerLens's center_writing_weights model
   loaded/pre6_hook_name: what SAE.load_from_disk reads as the pre-6.0 folder's hook
+sae_circuits_golden.npz: circuits.py's experiments with the SAE spliced in (HookedSAETransformer.saes), on the two
+  IOI pairs of make_circuits_golden.py ("clean", "corrupted" [2, T], "answer", "wrong" [2]), the metric the mean
+  logit difference at the last position; under "sae/" (no error term), "sae_error/" (use_error_term) and
+  "centred/", "centred_error/" (TransformerLens's center_writing_weights model, the SAE reading its stream):
+  metric_clean, metric_corrupted; patch/resid_pre [L, T] (the SAE's own hook point patched at its
+  hook_sae_input, by forward hooks); attribution/resid_pre [L, T] (torch autograd through the SAE, retain_grad at
+  each resid_pre, the SAE's at its hook_sae_input); dla/components [2 + 2L + 1] (decompose_resid with the SAE's
+  change hook_sae_output - hook_sae_input added after layer 0, then logit_attrs, on the fold_ln model; not centred/);
+  dla/latents [d_sae] (logit_attrs of each latent's f_i W_dec[i] at the last position)
 """
 import json
 import os
@@ -213,8 +222,89 @@ def main():
     out["loaded/pre6_hook_name"] = SAE.load_from_disk(pre6).cfg.metadata.hook_name
 
     np.savez_compressed(os.path.join(HERE, "sae_golden.npz"), **out)
+    circuits_golden(inference)
     print(f"sae-lens {version('sae-lens')}, transformer-lens {version('transformer-lens')}, torch {torch.__version__}:",
           len(out), "entries")
+
+
+IOI = [("When Mary and John went to the store, John gave a drink to",
+        "When Mary and John went to the store, Mary gave a drink to", " Mary", " John"),
+       ("When Tom and James went to the park, James gave a ball to",
+        "When Tom and James went to the park, Tom gave a ball to", " Tom", " James")]  # make_circuits_golden.py's
+
+
+def resid_pre(layer):
+    """Where circuits.py's resid_pre is with the SAE spliced: at the SAE's own hook point, its input."""
+    name = f"blocks.{layer}.hook_resid_pre"
+    return f"{name}.hook_sae_input" if name == HOOK else name
+
+
+def circuit_runs(model, sae, use_error_term, clean, corrupted, answer, wrong, dla_model=None):
+    """The metric, a resid_pre patching sweep and attribution at resid_pre, with the SAE spliced."""
+    L, T = model.cfg.n_layers, clean.shape[1]
+    rows = torch.arange(len(clean))
+
+    def metric(logits):
+        return (logits[rows, -1, answer] - logits[rows, -1, wrong]).mean()
+
+    names = [resid_pre(layer) for layer in range(L)]
+    out = {}
+    with model.saes(saes=[sae], use_error_term=use_error_term):
+        with torch.no_grad():
+            clean_logits, clean_cache = model.run_with_cache(clean, names_filter=names)
+            out["metric_clean"] = metric(clean_logits).item()
+            out["metric_corrupted"] = metric(model(corrupted)).item()
+            patched = np.zeros((L, T))
+            for layer in range(L):
+                for pos in range(T):
+                    def hook(act, hook, pos=pos, name=names[layer]):
+                        act = act.clone()
+                        act[:, pos] = clean_cache[name][:, pos]
+                        return act
+
+                    logits = model.run_with_hooks(corrupted, fwd_hooks=[(names[layer], hook)])
+                    patched[layer, pos] = metric(logits).item()
+            out["patch/resid_pre"] = patched
+        acts = {}
+
+        def keep(act, hook):
+            act.retain_grad()
+            acts[hook.name] = act
+
+        logits = model.run_with_hooks(corrupted, fwd_hooks=[(n, keep) for n in names])
+        metric(logits).backward()
+        out["attribution/resid_pre"] = np.stack([((clean_cache[n] - acts[n]) * acts[n].grad).sum(-1).sum(0).detach()
+                                                 .numpy() for n in names])
+        model.zero_grad()
+    if dla_model is not None:
+        with dla_model.saes(saes=[sae], use_error_term=use_error_term), torch.no_grad():
+            _, cache = dla_model.run_with_cache(clean)
+            stack, labels = cache.decompose_resid(layer=-1, pos_slice=-1, return_labels=True)
+            change = (cache[f"{HOOK}.hook_sae_output"] - cache[f"{HOOK}.hook_sae_input"])[:, -1]
+            stack = torch.cat([stack[:4], change[None], stack[4:]])  # embed, pos_embed, 0_attn_out, 0_mlp_out: then it
+            out["dla/components"] = cache.logit_attrs(stack, answer, wrong, pos_slice=-1).mean(-1).numpy()
+            assert labels[3] == "0_mlp_out", labels
+            latents = cache[f"{HOOK}.hook_sae_acts_post"][:, -1, :, None] * sae.W_dec  # [B, d_sae, C]: f_i W_dec[i]
+            shares = cache.logit_attrs(latents.transpose(0, 1), answer, wrong, pos_slice=-1)  # [d_sae, B]
+            out["dla/latents"] = shares.mean(-1).numpy()
+    return out
+
+
+def circuits_golden(sae):
+    model = tl_model(HookedSAETransformer)
+    tok = GPT2TokenizerFast.from_pretrained(MODEL)
+    clean, corrupted = ([[EOT] + tok(pair[k])["input_ids"] for pair in IOI] for k in (0, 1))
+    answer, wrong = ([tok(pair[k])["input_ids"][0] for pair in IOI] for k in (2, 3))
+    clean, corrupted, answer, wrong = (torch.tensor(a) for a in (clean, corrupted, answer, wrong))
+    out = {"clean": clean.numpy(), "corrupted": corrupted.numpy(), "answer": answer.numpy(), "wrong": wrong.numpy()}
+    folded = tl_model(HookedSAETransformer, fold_ln=True, center_unembed=True)  # the same residual stream
+    centred = tl_model(HookedSAETransformer, center_writing_weights=True)
+    for prefix, m, dla_model in (("sae", model, folded), ("centred", centred, None)):
+        for use_error_term in (False, True):
+            runs = circuit_runs(m, sae, use_error_term, clean, corrupted, answer, wrong, dla_model)
+            out.update({f"{prefix}{'_error' if use_error_term else ''}/{k}": v for k, v in runs.items()})
+    np.savez_compressed(os.path.join(HERE, "sae_circuits_golden.npz"), **out)
+    print({k: np.round(v, 4).tolist() for k, v in out.items() if "metric" in k})
 
 
 if __name__ == "__main__":
