@@ -6,7 +6,7 @@ NumPy's matmul multiplies a stack by w one [T, n] slice at a time (a BLAS call e
 one BLAS call over B·T rows. Times 124M's four products of a block (c_attn, attn's c_proj, c_fc, mlp's
 c_proj) on B=4, T=128, each way in turn, and prints the medians, their ratio, and the BLAS that ran.
 Set the threads before NumPy loads: --threads sets OPENBLAS_NUM_THREADS and OMP_NUM_THREADS and runs
-itself again.
+itself again. With --torch-python PY, the same four products in torch too (its own BLAS, MKL on x86).
 """
 import argparse
 import os
@@ -50,18 +50,38 @@ def measure(args):
           f"stack / one {total['stack'] / total['one']:.2f}; BLAS: {blas()}")
 
 
+def measure_torch(args):
+    import torch
+    torch.set_num_threads(args.threads)
+    total = 0.0
+    for n_in, n_out in SHAPES:
+        x, w = torch.randn(args.batch_size * args.context, n_in), torch.randn(n_in, n_out)
+        times = []
+        for _ in range(args.repeats + 1):
+            t = time.perf_counter()
+            x @ w
+            times.append(time.perf_counter() - t)
+        total += statistics.median(times[1:])
+    blas = next((line.strip() for line in torch.__config__.show().splitlines() if "Math Kernel" in line), "?")
+    print(f"torch, a block's four as one product each: {total * 1e3:.1f} ms ({blas}, {args.threads} threads)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--context", type=int, default=128)
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--torch-python", help="a python with torch: time its products too")
+    p.add_argument("--child", choices=("numpy", "torch"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        return measure(args)
+        return measure(args) if args.child == "numpy" else measure_torch(args)
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
-    subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *sys.argv[1:]], env=env, check=True)
+    settings = ["--threads", str(args.threads), "--repeats", str(args.repeats), "--batch-size", str(args.batch_size),
+                "--context", str(args.context)]
+    for python, child in [(sys.executable, "numpy")] + ([(args.torch_python, "torch")] if args.torch_python else []):
+        subprocess.run([python, os.path.abspath(__file__), "--child", child, *settings], env=env, check=True)
 
 
 if __name__ == "__main__":
