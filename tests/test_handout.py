@@ -2,6 +2,7 @@
 blanked by handout.py, fails its tests with a message naming it, and passes restored; and the
 program runs what the student writes (a wrong body changes what it prints)."""
 import ast
+import concurrent.futures
 import glob
 import json
 import os
@@ -83,12 +84,28 @@ def run_tests(folder, tests):
 TEST_FILES = files_defining_tests()
 
 
+def on_every_core(work, items):
+    """{item: work(item)}, as many at once as there are cores: each work runs processes of its own, and
+    one at a time they would leave the second core idle (these tests are a third of the suite's time)."""
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return dict(zip(items, pool.map(work, items)))
+
+
+@pytest.fixture(scope="module")
+def blanked_runs(tmp_path_factory):
+    """Each exercise blanked alone in a handout of its own, and its tests run there: {number: (folder, run)}."""
+    def blank_and_test(number):
+        folder = handout.write_handout(str(tmp_path_factory.mktemp(f"blank{number}") / "class"), [number])
+        return folder, run_tests(folder, handout.tests(number))
+
+    return on_every_core(blank_and_test, list(handout.EXERCISES))
+
+
 @pytest.mark.parametrize("number", list(handout.EXERCISES))
-def test_a_blanked_exercise_fails_its_tests_naming_the_exercise(tmp_path, number):
+def test_a_blanked_exercise_fails_its_tests_naming_the_exercise(blanked_runs, number):
     title = handout.EXERCISES[number][0]
     tests = handout.tests(number)
-    folder = handout.write_handout(str(tmp_path / "class"), [number])
-    r = run_tests(folder, tests)
+    folder, r = blanked_runs[number]
     assert r.returncode == 1, r.stdout[-2000:]
     failed = re.findall(r"^FAILED \S+::(test_\w+)", r.stdout, re.M)
     assert set(failed) == set(tests), (failed, r.stdout[-2000:])
@@ -451,7 +468,7 @@ def whole_runs(tmp_path_factory):
     stdout, stderr), {(file, function) it called})}."""
     folder = project_copy(str(tmp_path_factory.mktemp("p") / "whole"), [])
     runs = {}
-    for where in PROGRAMS:
+    for where in PROGRAMS:  # one at a time: they share the folder (and its trained/)
         trace = os.path.join(os.path.dirname(folder), f"{where}.json")
         out = run_program(folder, where, trace)
         assert out[0] == 0 and out[1], (where, out[2])
@@ -531,23 +548,41 @@ def test_every_program_is_named_and_every_twin_and_its_plain_forms_exist():
             body_of(file, plain)
 
 
+@pytest.fixture(scope="module")
+def student_runs(tmp_path_factory):
+    """Each exercise's program in three copies of the project: the exercise blanked, written right, and
+    written wrong (where WRONG has a body for it); a blank also runs generate, where that is another
+    program. {number: {copy: run}}"""
+    def three_copies(number):
+        where, folder = handout.EXERCISES[number][3], tmp_path_factory.mktemp(f"student{number}")
+        blank = project_copy(str(folder / "blank"), [number])
+        runs = {"blank": run_program(blank, where)}
+        if where != "generate":
+            runs["blank generate"] = run_program(blank, "generate")
+        right = {function: body_of(file, function) for file, function in handout.functions(number)}
+        runs["right"] = run_program(project_copy(str(folder / "right"), [number], right), where)
+        wrong = {function: WRONG[function] for _, function in handout.functions(number) if function in WRONG}
+        if wrong:
+            runs["wrong"] = run_program(project_copy(str(folder / "wrong"), [number], {**right, **wrong}), where)
+        return runs
+
+    return on_every_core(three_copies, list(handout.EXERCISES))
+
+
 @pytest.mark.parametrize("number", list(handout.EXERCISES))
-def test_the_program_runs_the_students_code(tmp_path, originals, number):
+def test_the_program_runs_the_students_code(student_runs, originals, number):
     """Blanked, the exercise stops its program (and the command line, if it is on its path);
     written right, the program prints what the whole project prints; written wrong, it prints
     something else. So the program runs the student's functions, not a fast twin beside them."""
-    where = handout.EXERCISES[number][3]
-    blank = project_copy(str(tmp_path / "blank"), [number])
-    code, _, stderr = run_program(blank, where)
+    where, runs = handout.EXERCISES[number][3], student_runs[number]
+    code, _, stderr = runs["blank"]
     assert code != 0 and f"exercise {number} (" in stderr, stderr[-1000:]
     if where != "generate":
-        code, _, stderr = run_program(blank, "generate")
+        code, _, stderr = runs["blank generate"]
         assert (code != 0) == (number in handout.needed_by("generate")), stderr[-1000:]
-    right = {function: body_of(file, function) for file, function in handout.functions(number)}
-    assert run_program(project_copy(str(tmp_path / "right"), [number], right), where) == originals[where]
-    wrong = {function: WRONG[function] for _, function in handout.functions(number) if function in WRONG}
-    if wrong:
-        code, stdout, stderr = run_program(project_copy(str(tmp_path / "wrong"), [number], {**right, **wrong}), where)
+    assert runs["right"] == originals[where]
+    if any(function in WRONG for _, function in handout.functions(number)):
+        code, stdout, stderr = runs["wrong"]
         assert code == 0 and stdout != originals[where][1], stderr[-1000:]
 
 
