@@ -85,7 +85,7 @@ def layer_norm(x, g, b, eps=LAYER_NORM_EPS):
 
 
 def matmul(x, w):
-    """x @ w as one [B·T, n_in] product (NumPy multiplies a stack a slice at a time, about 1.2x slower): [..., n_out]"""
+    """x @ w as one [B·T, n_in] product (NumPy multiplies a stack a slice at a time, ~1.2x slower): [..., n_out]"""
     return (x.reshape(-1, x.shape[-1]) @ w).reshape(*x.shape[:-1], w.shape[-1])
 
 
