@@ -16,7 +16,8 @@ each round:
                        the time from on_step_begin to on_step_end, which holds its reference's forward
                        pass, made every step (precompute_ref_log_probs=False, its default)
   TRL, precomputed     the same with precompute_ref_log_probs=True: the reference once, at the start
-The BLAS kernel that ran is printed: OpenBLAS's (OPENBLAS_VERBOSE=2) for NumPy, threadpoolctl's for torch.
+The BLAS kernel that ran is printed: OpenBLAS's (OPENBLAS_VERBOSE=2) for NumPy; for torch, the one it
+links in (its build settings name it) and threadpoolctl's view of the NumPy beside it.
 
 memory: `python train.py --model <1558M's shape, random> --data <pairs> --lora-rank 8 --batch-size 1
 --context 256 --steps 2` and its save, in a process of its own, whose peak RSS (the child's, from
@@ -118,6 +119,8 @@ def trl(args, precompute):
         assert len(row["prompt_ids"]) + len(row["chosen_ids"]) == args.context, row
         trainer.train()
     blas = [f"{i['internal_api']} {i.get('architecture')}" for i in threadpoolctl.threadpool_info()]
+    linked = next((line.strip(" -") for line in torch.__config__.show().splitlines() if "Math Kernel" in line), None)
+    blas = [f"torch's own BLAS, linked in: {linked}"] * bool(linked) + [f"beside it (NumPy's): {b}" for b in blas]
     return {"step": statistics.median(times[1:]), "blas": ", ".join(blas)}
 
 
