@@ -10,10 +10,10 @@ a shared machine hits both alike), and each process times --steps steps after on
   torch   GPT2ForSequenceClassification (sdpa, dropout 0), cross-entropy of the labels, clip_grad_norm_,
           torch.optim.AdamW(weight_decay=0.1), --threads threads (2 unless told)
 Prints each round's medians, the ratio within each round, and their median; and the BLAS that ran
-(NumPy's by threadpoolctl, where it is installed; torch's, which it links in, by torch's build settings). With --phases each round
-also times the step's parts on both sides (the forward pass, the backward pass, clipping's norm
-and AdamW: the numpy side calls train_step's pieces one by one, the same work) to show where the
-time goes.
+(NumPy's by threadpoolctl, where it is installed; torch's, which it links in, by torch's build
+settings). With --phases each round also times the step's parts on both sides (the forward pass,
+the backward pass, clipping's norm and AdamW: the numpy side calls train_step's pieces one by one,
+the same work) to show where the time goes.
 """
 import argparse
 import json
@@ -199,7 +199,8 @@ def main():
         print(f"round {r + 1}: numpy {got['numpy'] * 1e3:.0f} ms, torch {got['torch'] * 1e3:.0f} ms, "
               f"numpy / torch {got['numpy'] / got['torch']:.2f}", flush=True)
     ours, theirs = (statistics.median(r[who] for r in rounds) for who in ("numpy", "torch"))
-    print(f"B={args.batch_size} T={args.context}, 124M, {args.threads} threads: median numpy {ours * 1e3:.0f} ms, torch {theirs * 1e3:.0f} ms, "
+    print(f"B={args.batch_size} T={args.context}, 124M, {args.threads} threads: "
+          f"median numpy {ours * 1e3:.0f} ms, torch {theirs * 1e3:.0f} ms, "
           f"median ratio numpy / torch {statistics.median(r['numpy'] / r['torch'] for r in rounds):.2f}")
     for who, kernel in kernels.items():
         print(f"{who} BLAS: {kernel}")

@@ -44,7 +44,8 @@ def measure(args):
         medians = {way: statistics.median(t) for way, t in times.items()}
         for way in total:
             total[way] += medians[way]
-        print(f"[{args.batch_size}, {args.context}, {n_in}] @ [{n_in}, {n_out}]: stack {medians['stack'] * 1e3:.2f} ms, "
+        print(f"[{args.batch_size}, {args.context}, {n_in}] @ [{n_in}, {n_out}]: "
+              f"stack {medians['stack'] * 1e3:.2f} ms, "
               f"one product {medians['one'] * 1e3:.2f} ms, stack / one {medians['stack'] / medians['one']:.2f}")
     print(f"a block's four: stack {total['stack'] * 1e3:.1f} ms, one product {total['one'] * 1e3:.1f} ms, "
           f"stack / one {total['stack'] / total['one']:.2f}; BLAS: {blas()}")

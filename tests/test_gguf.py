@@ -358,10 +358,12 @@ LLAMA_CPP_LIB = os.environ.get("LLAMA_CPP_LIB_PATH", "")
 
 @pytest.mark.skipif(not DEV_PYTHON or not LLAMA_CPP_LIB,
                     reason="needs llama.cpp built (tests/data/gguf/make_llamacpp_golden.py says how): set "
-                           "GPT2_DEV_PYTHON to a python with NumPy and LLAMA_CPP_LIB_PATH to the build's bin folder, then "
+                           "GPT2_DEV_PYTHON to a python with NumPy and LLAMA_CPP_LIB_PATH to the build's bin folder, "
+                           "then "
                            "python -m pytest -q tests/test_gguf.py -k live")
 def test_live_llama_cpp_gives_the_goldens_again():
     r = subprocess.run([DEV_PYTHON, os.path.join(GGUF_DATA, "make_llamacpp_golden.py"), "--check"],
-                       capture_output=True, text=True, timeout=600, env={**os.environ, "PROJECT_PYTHON": sys.executable})
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PROJECT_PYTHON": sys.executable})
     assert r.returncode == 0, r.stderr[-3000:]
     assert sum(line.startswith("ok ") for line in r.stdout.splitlines()) == 12, r.stdout
