@@ -41,7 +41,7 @@ import torch
 import transformers
 
 from make_grad_golden import our_names
-from make_hf_golden import HERE, hf_model
+from make_hf_golden import HERE, gpt2_tokenizer, hf_model
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
@@ -62,11 +62,7 @@ STEPS = 4
 
 
 def tokenizer():
-    with open(os.path.join(VOCAB, "encoder.json"), encoding="utf-8") as f:
-        vocab = json.load(f)
-    with open(os.path.join(VOCAB, "vocab.bpe"), encoding="utf-8") as f:
-        merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line]
-    tok = transformers.GPT2Tokenizer(vocab=vocab, merges=merges)
+    tok = gpt2_tokenizer(VOCAB)
     tok.pad_token = tok.eos_token
     return tok
 

@@ -34,7 +34,7 @@ import trl
 from datasets import Dataset
 
 from make_grad_golden import our_names
-from make_hf_golden import HERE, hf_model
+from make_hf_golden import HERE, gpt2_tokenizer, hf_model
 
 VOCAB = os.path.join(os.path.dirname(os.path.dirname(HERE)), "data", "gpt2-vocab")
 MAX_LENGTH = 64  # the tiny model's n_ctx: train.py's context for it
@@ -55,12 +55,7 @@ STEPS = dict(steps=4, lr=1e-2)
 
 
 def tokenizer():
-    with open(os.path.join(VOCAB, "encoder.json"), encoding="utf-8") as f:
-        vocab = json.load(f)
-    with open(os.path.join(VOCAB, "vocab.bpe"), encoding="utf-8") as f:
-        merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line]
-    tok = transformers.GPT2Tokenizer(vocab=vocab, merges=merges, eos_token="<|endoftext|>",
-                                     bos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    tok = gpt2_tokenizer(VOCAB, eos_token="<|endoftext|>", bos_token="<|endoftext|>", unk_token="<|endoftext|>")
     assert tok("hello world")["input_ids"] == [31373, 995], tok("hello world")
     assert tok("a<|endoftext|>")["input_ids"] == [64, 50256]
     return tok

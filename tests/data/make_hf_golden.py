@@ -41,6 +41,17 @@ def expected(name):
             for i, n in enumerate(names)}
 
 
+def gpt2_tokenizer(folder, **special):
+    """transformers' GPT2Tokenizer from a folder's encoder.json and vocab.bpe, as transformers 5.x takes them
+    (vocab= and merges=: vocab_file= silently encodes to []). special: its special tokens, e.g. eos_token."""
+    import json
+    with open(os.path.join(folder, "encoder.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(os.path.join(folder, "vocab.bpe"), encoding="utf-8") as f:
+        merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line]
+    return transformers.GPT2Tokenizer(vocab=vocab, merges=merges, **special)
+
+
 def hf_model(name):
     import json
     with open(os.path.join(HERE, name, "hparams.json")) as f:

@@ -35,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
 import convert  # noqa: E402
+from make_hf_golden import gpt2_tokenizer  # noqa: E402  (this folder's scripts share it)
 
 BODY = os.path.join(HERE, "shakespeare")
 OUT = os.path.join(HERE, "hub_classifier")
@@ -49,12 +50,7 @@ STEPS = 3
 
 
 def tokenizer():
-    with open(os.path.join(BODY, "encoder.json"), encoding="utf-8") as f:
-        vocab = json.load(f)
-    with open(os.path.join(BODY, "vocab.bpe"), encoding="utf-8") as f:
-        merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line]
-    return transformers.GPT2Tokenizer(vocab=vocab, merges=merges, bos_token="<|endoftext|>",
-                                      eos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    return gpt2_tokenizer(BODY, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>")
 
 
 def save(name, lm_folder, seed, **config):
