@@ -290,7 +290,8 @@ def splice(sae, use_error_term=False, mask=None):
         h = encode_pre(x, sae)
         f = np.maximum(h, 0.0)
         x_hat = decode(f, sae)
-        error = unhooked - (x_hat if unhooked is x else decode(encode(unhooked, sae), sae))
+        if use_error_term:  # the error term: x - x̂ where the model made x, before any hook on the SAE's input
+            error = unhooked - (x_hat if unhooked is x else decode(encode(unhooked, sae), sae))
         out = x_hat + error if use_error_term else x_hat
         if mask is not None:
             out = np.where(mask[..., None], out, unhooked)

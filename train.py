@@ -62,7 +62,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "data", "tinyshakespeare.txt")  # --from-scratch's text when no --data is given
 CONTEXT = 256  # tokens a training window holds, unless the recipe says or the model has fewer positions
 
-LOG_FILE = "train_log.jsonl"  # a JSON object for each step, and for each validation: what the lessons draw
 STATE_FILE = "train_state.npz"  # the optimizer's moments and the step count, beside the checkpoint (no pickle)
 CONFIG_FILE = "train_config.json"  # the run's flags, which --resume reads back
 LOG_FILE = "train_log.jsonl"  # a line for each step, {"step", "lr", "loss", ...}, and each validation, {"step", "val_loss", ...}

@@ -31,8 +31,8 @@ from plumbing.memory import available_memory
 
 FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that began from nothing
 NOT_SAVED = ("out", "resume", "quiet", "base_url")  # every other flag is the run's, and --resume reads it back
-LORA_FLAGS = tuple(f"lora_{name}" for name in train.LORA)
-DPO_FLAGS = ("beta", "dpo_loss", "reference")  # preference data's alone  # a resumed run keeps them: its adapters are their shape
+LORA_FLAGS = tuple(f"lora_{name}" for name in train.LORA)  # a resumed run keeps them: its adapters are their shape
+DPO_FLAGS = ("beta", "dpo_loss", "reference")  # preference data's alone
 # A billion micro-batches (--steps times --accum) is more than any run finishes: the smallest model there
 # is, one layer one wide, takes milliseconds a step (docs/fine_tuning.md), so weeks of nothing else.
 MOST_MICRO_BATCHES = 10 ** 9
