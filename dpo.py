@@ -31,6 +31,7 @@ from bpe import ENDOFTEXT
 from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax, softmax
 from plumbing import corpus
 from plumbing.errors import UserError
+from plumbing.parallel import reused
 
 LOSSES = ("sigmoid", "sigmoid_norm")  # --dpo-loss: TRL's loss_type names
 FIELDS = tuple(corpus.KINDS["preference"][0])  # a preference line's keys: TRL's standard preference format
@@ -238,10 +239,11 @@ def weighted_logits_grad(logits, next_ids, row_weights):
 
 
 def loss_and_grads(ids, mask, ref_logps, params, hparams, beta, loss_type="sigmoid", p_drop=0.0, rng=None,
-                   frozen=False):
+                   frozen=False, buffers=None):
     """The DPO loss of a batch of pairs (pair_batch's ids and mask [2P, T]; ref_logps [2P], the reference's),
     TRL's metrics, and d loss / d every parameter (frozen, a LoRA run: the adapters' alone), through
-    backward.py's model_backward. -> (loss, grads, metrics)"""
+    backward.py's model_backward. buffers: the training loop's dict, where wte's gradient [V, C] is kept
+    between steps (backward.loss_and_grads's). -> (loss, grads, metrics)"""
     ids = checked_ids(ids, params)
     scored = completion_positions(mask)
     kept, top = training_forward(ids, params, hparams, p_drop, rng)
@@ -253,5 +255,6 @@ def loss_and_grads(ids, mask, ref_logps, params, hparams, beta, loss_type="sigmo
     dlogits = weighted_logits_grad(logits, next_ids, weights[np.nonzero(scored)[0]])  # [N, V]
     dxf = np.zeros_like(top["ln_f"])
     dxf[scored] = dlogits @ params["wte"]  # logits = x wteᵀ: dx = dlogits wte
-    dwte = None if frozen else dlogits.T @ x  # the head's part of wte's gradient; the gather's is added to it
+    # wte's gradient: the head's part, dlogitsᵀ x, in a buffer kept between steps; model_backward adds the gather's
+    dwte = None if frozen else np.matmul(dlogits.T, x, out=reused(buffers, "dwte", params["wte"].shape, x.dtype))
     return loss, model_backward(ids, kept, top, params, hparams, dxf, dwte, p_drop, frozen), metrics

@@ -360,7 +360,7 @@ def preference_loss(picks, params, hparams, data, recipe, rng, buffers, frozen):
     """dpo.loss_and_grads on the pairs picked, with the reference's log-probabilities of the start."""
     ids, mask = dpo.pair_batch([data["rows"][i] for i in picks], recipe["context"], data["pad_id"])
     _, grads, metrics = dpo.loss_and_grads(ids, mask, dpo.as_rows(data["ref"][picks]), params, hparams, data["beta"],
-                                           data["loss_type"], recipe["dropout"], rng, frozen)
+                                           data["loss_type"], recipe["dropout"], rng, frozen, buffers)
     return metrics["loss"], grads, {k: v for k, v in metrics.items() if k != "loss"}
 
 
