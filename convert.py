@@ -58,6 +58,7 @@ import os
 import bpe
 from plumbing import classifier_files, gguf, hf_model
 from plumbing.checkpoint import write_checkpoint
+from plumbing.errors import UserError
 from plumbing.folders import check_new_folder
 from plumbing.gguf_writer import merges_from_text, write_gguf
 from plumbing.weights import check_tokenizer_fits, load_weights
@@ -76,6 +77,9 @@ def convert(folder, out, to, gguf_type="f32"):
     encoder = bpe.get_encoder(folder)
     check_tokenizer_fits(encoder.n_vocab, hparams, folder)
     if to == "gguf":
+        if head is not None:  # llama.cpp's GPT-2 is a language model: the file would hold the body alone
+            raise UserError(f"is a classifier (labels {', '.join(map(str, head['labels']))}): llama.cpp's GPT-2 GGUF "
+                            "has no place for its head; convert it --to hf or --to openai", path=folder)
         tokens = sorted(encoder.encoder, key=encoder.encoder.get)  # by id
         return write_gguf(out, params, hparams, tokens, vocabulary_merges(folder), encoder.eot, gguf_type)
     if to == "hf":

@@ -286,7 +286,7 @@ def read_tensor(file, name, shape, path):
         raise GGUFError(f"tensor {theirs} has shape {list(stored)}, its metadata implies {list(want)}", path=path)
     array = as_float32(data, offset, stored, ggml_type)
     # a copy, not a view of the file: BLAS multiplies a transposed view in another order, and the logits
-    # would no longer be the checkpoint's bit for bit (measured: 1 ulp off); the untransposed stay mapped
+    # would no longer be the checkpoint's bit for bit (a few ulps off); the untransposed stay mapped
     return np.ascontiguousarray(array.T) if name.endswith(TRANSPOSED) else array
 
 

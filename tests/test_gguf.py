@@ -367,3 +367,12 @@ def test_live_llama_cpp_gives_the_goldens_again():
                        env={**os.environ, "PROJECT_PYTHON": sys.executable})
     assert r.returncode == 0, r.stderr[-3000:]
     assert sum(line.startswith("ok ") for line in r.stdout.splitlines()) == 12, r.stdout
+
+
+def test_a_classifier_is_refused_for_gguf_and_nothing_is_written(tmp_path):
+    """llama.cpp's GPT-2 GGUF holds a language model: a classifier's head would be dropped without a word."""
+    out = tmp_path / "cls.gguf"
+    r = run("convert.py", os.path.join(DATA, "hub_classifier", "named"), str(out), "--to", "gguf")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "is a classifier (labels comedy, history, tragedy)" in r.stderr and "--to hf" in r.stderr, r.stderr
+    assert not out.exists() and os.listdir(tmp_path) == []
