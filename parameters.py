@@ -1,12 +1,37 @@
-"""Counting parameters: by formula, part by part, and by counting a checkpoint's arrays.
+"""The parameters: how many a GPT-2 has, part by part, and the values they start from.
+
+  1. counting        count_parameters (by formula), count_tensors (from the arrays), published_counts
+  2. initialising    residual_scale, init_tensor, init_params (for a model trained from nothing)
+
+Counting parameters: by formula, part by part, and by counting a checkpoint's arrays.
 
     python gpt2_numpy.py --params 124M     # or all: the four sizes, GPT-3's and Llama 3 8B's
 
 A GPT-2 block has 12·d² + 13·d parameters: attention 4d² + 4d (c_attn 3d² + 3d, c_proj
 d² + d), the MLP 8d² + 5d (c_fc 4d² + 4d, c_proj 4d² + d), two LayerNorms 4d. Around
 the blocks: wte V·d, wpe T·d and ln_f 2d; the head is wte again (tied), so it adds 0.
+
+GPT-2's initialisation: the weights a model starts from before it has seen any text.
+
+    params = init_params(hparams, seed=0)     # then train.py --from-scratch trains them
+
+As in the GPT-2 paper (Radford et al., 2019, §2.3) and OpenAI's code:
+  - every matrix and both embeddings: normal(0, 0.02);
+  - each residual projection (attn/c_proj and mlp/c_proj, the layers that write into the
+    residual stream) scaled by 1/√(2L): the stream is a sum of 2L such writes, so that its
+    variance at the top does not grow with the depth;
+  - biases 0, LayerNorm gains 1.
+The names and shapes are shapes.py's, so the result is a checkpoint like any other.
 """
+import math
+
+import numpy as np
+
 from plumbing import shapes
+
+# ============================================================================
+# 1. Counting
+# ============================================================================
 
 PARTS = ("wte (token embedding)", "wpe (position embedding)", "blocks", "ln_f", "head")
 
@@ -64,3 +89,34 @@ def published_counts():
     return [(name, published,
              count_parameters({"n_vocab": shapes.N_VOCAB, "n_ctx": 2048, **shape}, **options)["total"])
             for name, published, shape, options in PUBLISHED]
+
+
+# ============================================================================
+# 2. Initialising: GPT-2's starting values
+# ============================================================================
+
+STD = 0.02  # GPT-2's (and GPT-1's) standard deviation for weights
+
+
+def residual_scale(n_layer):
+    """1/√(2L): each block adds two writes (attention, MLP) to the residual stream."""
+    return 1.0 / math.sqrt(2 * n_layer)
+
+
+def init_tensor(name, shape, n_layer, rng):
+    """One tensor's starting values, by what its name says it is.   -> float32 array of shape"""
+    if name.endswith("/b"):
+        return np.zeros(shape, np.float32)
+    if name.endswith("/g"):
+        return np.ones(shape, np.float32)
+    std = STD * residual_scale(n_layer) if name.endswith("c_proj/w") else STD
+    return rng.normal(0.0, std, shape).astype(np.float32)
+
+
+def init_params(hparams, seed=0):
+    """Every tensor of a GPT-2 of these hparams, initialised; the same seed gives the same weights.
+    -> params (nested as gpt2_numpy's, wte [V, C], wpe [n_ctx, C], blocks, ln_f)"""
+    rng = np.random.default_rng(seed)
+    flat = {name: init_tensor(name, shape, hparams["n_layer"], rng)
+            for name, shape in shapes.tensor_shapes(hparams).items()}
+    return shapes.nest(flat, hparams["n_layer"])

@@ -17,7 +17,7 @@ texts ({"text": ..., "label": ...}), which train a classifier (classify.py); or 
 DATA_KINDS; examples are visited an epoch at a time, and OUT/train_log.jsonl logs every step.
 
 From scratch, bpe.py first learns a vocabulary from the training part of the text (or
---tokenizer reuses one), initialise.py gives the weights GPT-2's initialisation, and the
+--tokenizer reuses one), parameters.py gives the weights GPT-2's initialisation, and the
 same loop trains them; the folder written is a GPT-2 checkpoint like OpenAI's.
 
 A step: take a batch of windows from the text, run loss_and_grads (backward.py: the forward
@@ -48,7 +48,7 @@ import bpe
 import classify
 import dpo
 from gpt2_numpy import generate, gpt2, next_token_loss
-from initialise import init_params
+from parameters import init_params
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate, new_adamw_state
 import parameters
 from plumbing import classifier_files, corpus, peft_adapter, shapes

@@ -40,7 +40,7 @@ def numpy_step(args):
     import optimizer
     import train
     import classify
-    from initialise import init_params
+    from parameters import init_params
     from plumbing import shapes
     hp = shapes.hparams("124M")
     params = init_params(hp, 0) | {"score": classify.new_score(2, hp["n_embd"], 0)}

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import beam_search  # noqa: E402
+import decoding  # noqa: E402
 import gpt2_numpy as g  # noqa: E402
 from interface.loading import load_model  # noqa: E402
 
@@ -35,7 +35,7 @@ WAYS = {  # name: (beams, generate's or beam_search's settings); beams 0 is samp
 
 def decode(ids, params, hparams, n_tokens, stop, beams, settings):
     if beams > 1:
-        return beam_search.beam_search(ids, params, hparams, n_tokens, beams, stop=stop, **settings)[0][0]
+        return decoding.beam_search(ids, params, hparams, n_tokens, beams, stop=stop, **settings)[0][0]
     temperature = 0.0 if beams == 1 else 1.0
     steps = g.generate(ids, params, hparams, n_tokens, temperature, seed=2, stop=stop, **settings)
     out = [int(step[0]) for step in steps]

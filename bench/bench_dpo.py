@@ -56,7 +56,7 @@ def ours(args):
     import dpo
     import optimizer
     import train
-    from initialise import init_params
+    from parameters import init_params
     from plumbing import shapes
     hp = shapes.hparams("124M")
     params, encoder = init_params(hp, 0), bpe.get_encoder(VOCAB)
@@ -167,7 +167,7 @@ def random_checkpoint(folder, size):
     """A checkpoint of size's shape with GPT-2's initialisation, written by train.py's own writer."""
     if os.path.exists(os.path.join(folder, "model.ckpt.index")):
         return folder
-    from initialise import init_params
+    from parameters import init_params
     from plumbing import shapes
     from plumbing.checkpoint import write_checkpoint
     hp = shapes.hparams(size)

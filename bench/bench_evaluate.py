@@ -66,7 +66,7 @@ for ours, theirs in (("encoder.json", "vocab.json"), ("vocab.bpe", "merges.txt")
 
 def make_model(dev_python):
     if not os.path.exists(MODEL):
-        from initialise import init_params
+        from parameters import init_params
         from plumbing.checkpoint import write_checkpoint
         hp = shapes.hparams("124M")
         os.makedirs(OUT, exist_ok=True)  # bench/out/ is not in a fresh clone

@@ -58,7 +58,7 @@ def ours(vocab_size, steps, seed=0):
     import train
     from plumbing import corpus
     from gpt2_numpy import gpt2, next_token_loss
-    from initialise import init_params
+    from parameters import init_params
     from optimizer import new_adamw_state
 
     text, = corpus.read_documents([train.CORPUS])  # one document: split as one text, as train.py splits it

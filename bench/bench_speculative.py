@@ -54,7 +54,7 @@ def model_folder(name):
     size = name.split(":", 1)[1]
     folder = os.path.join(HERE, "out", f"{size}-random-init")
     if not os.path.exists(os.path.join(folder, "hparams.json")):
-        from initialise import init_params
+        from parameters import init_params
         from plumbing import shapes
         from plumbing.checkpoint import write_checkpoint
 
@@ -90,7 +90,7 @@ def ours(args, prompt, model, draft, repeat, results):
     results: {(row, temperature): {"seconds": [...], "ids": [...], "proposed", "accepted"}}.
     Round 0 warms up (the page cache, BLAS's buffers) and is not counted."""
     import gpt2_numpy as g
-    import speculative
+    import decoding as speculative
 
     params, hparams = model
     drafts = {"plain": None, "--draft": draft, "--draft lookup": "lookup"}
@@ -122,7 +122,7 @@ def pass_costs(model, draft, prompt, k, rounds=30):
     import numpy as np
 
     import gpt2_numpy as g
-    import speculative
+    import decoding as speculative
 
     def one_pass(params, hparams, kv, n):
         speculative.rewind(kv, len(prompt))

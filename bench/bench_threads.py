@@ -62,7 +62,7 @@ def random_124m():
     folder = os.path.join(OUT, "124M-random-init")
     if not os.path.exists(os.path.join(folder, "hparams.json")):
         sys.path.insert(0, ROOT)
-        from initialise import init_params
+        from parameters import init_params
         from plumbing import shapes
         from plumbing.checkpoint import write_checkpoint
 

@@ -8,7 +8,7 @@
 It runs the README's commands as they are: bpe.py --train for the vocabulary, then train.py --from-scratch
 with the README's recipe, and --save-every 500, into bench/out/induction/run. Each save replaces that
 folder whole, 500 steps apart, so the script copies each one as it appears (to step-500/, step-1000/;
-step 2,000 is the run itself). Step 0 is the model before its first step: initialise.init_params on the
+step 2,000 is the run itself). Step 0 is the model before its first step: parameters.init_params on the
 run's hparams and seed, as train.py makes it. Each model is scored on --seeds texts of N random ids said
 twice after <|endoftext|> (N = (n_ctx - 1) // 2, the most that fit), by circuits.head_scores, for induction
 heads and for previous-token heads (the first half of the circuit), with the loss on each copy of the ids;
@@ -78,7 +78,7 @@ def scores(folders, seeds):
 
     import circuits
     import gpt2_numpy as g
-    from initialise import init_params
+    from parameters import init_params
     from interface import loading
 
     found, losses = {pattern: {} for pattern in PATTERNS}, {}

@@ -84,7 +84,7 @@ def time_steps(shape, steps, batch, vocab_size):
 
     sys.path.insert(0, ROOT)
     import train
-    from initialise import init_params
+    from parameters import init_params
     from optimizer import new_adamw_state
 
     hp = {"n_vocab": vocab_size, "n_ctx": CONTEXT, **shape}

@@ -7,7 +7,7 @@
     python gpt2_numpy.py "text" --top 10    the 10 most likely next tokens
     python gpt2_numpy.py "text" --lens      the logit lens (--html FILE: a page of it all)
     python gpt2_numpy.py "prompt" --draft lookup   speculative decoding (--draft MODEL: a draft model)
-    python gpt2_numpy.py "prompt" --num-beams 4    beam search (beam_search.py); docs/decoding.md for every rule
+    python gpt2_numpy.py "prompt" --num-beams 4    beam search (decoding.py); docs/decoding.md for every rule
 
 Exit status: 0 done, 2 a user's mistake (one line on stderr, from a UserError), 130
 interrupted (Ctrl-C or SIGTERM). Anything else is a bug and shows its traceback.
@@ -21,12 +21,11 @@ import time
 
 import numpy as np
 
-import beam_search
 import classify
+import decoding
 import gpt2_numpy as g
 import look_inside
 import parameters
-import speculative
 from interface import loading
 from interface.bpe_cli import shown_token
 from interface.options import at_least, check_page_folder, model_flags, number, sae_flags, sae_splice, threads_flag, user_message
@@ -63,7 +62,7 @@ def parse_args(argv):
         g.check_sampling(args.n_tokens, args.temperature, args.top_k, args.top_p, args.n_samples, args.min_p,
                          args.repetition_penalty, args.no_repeat_ngram_size, args.stop,
                          token_bytes=())  # the vocabulary's bytes come with the model
-        beam_search.check_beams(args.num_beams, args.num_return_sequences, args.length_penalty)
+        decoding.check_beams(args.num_beams, args.num_return_sequences, args.length_penalty)
     except UserError as e:
         fail(user_message(e))
     if args.prompt is None and args.params is None:
@@ -355,7 +354,7 @@ def sample_and_stream(args, encoder, hparams, params, prompt_ids, stop, draft=No
                            repetition_penalty=args.repetition_penalty, no_repeat_ngram_size=args.no_repeat_ngram_size,
                            stop_strings=args.stop, token_bytes=encoder.token_bytes)
     else:  # it knows no stop strings: the loop below ends each sample at its own
-        steps = speculative.generate_with_draft(prompt_ids, params, hparams, draft, args.draft_tokens, args.n_tokens,
+        steps = decoding.generate_with_draft(prompt_ids, params, hparams, draft, args.draft_tokens, args.n_tokens,
                                                 args.temperature, args.top_k, args.top_p, args.seed, stop,
                                                 watch=watching, counts=draft_counts)
     say_unconditional(args)  # generate has checked the settings: nothing was printed before a mistake
@@ -426,7 +425,7 @@ def run_beams(args, encoder, hparams, params):
     g.checked_prompt(prompt_ids, params, hparams, args.n_tokens, stop)  # before the note: a mistake is one line
     say_unconditional(args)
     start = time.perf_counter()
-    best = beam_search.beam_search(prompt_ids, params, hparams, args.n_tokens, args.num_beams, args.length_penalty,
+    best = decoding.beam_search(prompt_ids, params, hparams, args.n_tokens, args.num_beams, args.length_penalty,
                                    args.early_stopping, args.num_return_sequences, stop, args.stop,
                                    encoder.token_bytes, args.repetition_penalty, args.no_repeat_ngram_size)
     elapsed = time.perf_counter() - start

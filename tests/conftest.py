@@ -241,12 +241,12 @@ def closed_port():
 # The order a student meets failures in: the building blocks before the model built from
 # them, the model before the programs built on it. test_layout.py holds this list to every test file.
 FILE_ORDER = ["test_gpt2_numpy.py", "test_crc32c.py", "test_bpe.py", "test_checkpoint.py", "test_folders.py",
-              "test_beam_search.py", "test_initialise.py", "test_backward.py", "test_optimizer.py", "test_parallel.py",
+              "test_decoding.py", "test_backward.py", "test_optimizer.py", "test_parallel.py",
               "test_look_inside.py", "test_circuits.py", "test_sae.py", "test_sae_cli.py", "test_evaluate.py", "test_train.py", "test_train_cli.py",
               "test_train_documents.py", "test_train_instruction.py", "test_train_lora.py", "test_dpo.py", "test_train_dpo.py", "test_classify.py", "test_train_classify.py",
               "test_parameters.py",
               "test_safetensors_writer.py", "test_hf_model.py", "test_classify_hub.py", "test_convert.py", "test_gguf.py", "test_download.py",
-              "test_gpt2_cli.py", "test_speculative.py", "test_html_page.py", "test_start.py", "test_loading.py", "test_layout.py",
+              "test_gpt2_cli.py", "test_decoding_speculative.py", "test_html_page.py", "test_start.py", "test_loading.py", "test_layout.py",
               "test_real_weights.py", "test_handout.py"]
 
 
@@ -299,7 +299,7 @@ def corpus(tmp_path_factory):
 
 
 # Hugging Face generate's ids, scores and distributions (tests/data/make_generate_golden.py): test_gpt2_numpy.py,
-# test_beam_search.py, test_gpt2_cli.py. $GPT2_GENERATE_GOLDEN: a fresh one instead (test_gpt2_numpy.py's live test)
+# test_decoding.py, test_gpt2_cli.py. $GPT2_GENERATE_GOLDEN: a fresh one instead (test_gpt2_numpy.py's live test)
 with open(os.environ.get("GPT2_GENERATE_GOLDEN") or os.path.join(DATA, "generate_golden.json"), encoding="utf-8") as f:
     GENERATE_GOLDEN = json.load(f)["cases"]
 

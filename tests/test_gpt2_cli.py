@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA, GENERATE_GOLDEN, ROOT, closed_port, model_folder_copy, tiny_mirror
-import beam_search
+import decoding
 import gpt2_numpy as g
 from interface import gpt2_cli, options
 
@@ -731,7 +731,7 @@ def test_ctrl_c_during_beam_search_exits_130(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(beam_search, "beam_search", interrupted)
+    monkeypatch.setattr(decoding, "beam_search", interrupted)
     status, out, err = run_here(capsys, ROMEO, "--model", TRAINED, "--num-beams", "2")
     assert status == 130 and err == "interrupted\n"
 

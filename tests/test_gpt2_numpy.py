@@ -513,9 +513,9 @@ def test_generate_checks_its_arguments_when_it_is_called_not_at_the_first_step(m
 def rigged_257_token_model():
     """A random 257-token model (bytes and <|endoftext|> at 256, as bpe.py's trainer makes them) whose
     every prediction is 256: ln_f gives wte[256] at every position, the row longest of all."""
-    import initialise
+    import parameters
     hp = {"n_vocab": 257, "n_ctx": 16, "n_embd": 8, "n_head": 2, "n_layer": 1}
-    params = initialise.init_params(hp, seed=0)
+    params = parameters.init_params(hp, seed=0)
     params["wte"][256] *= 2 * np.linalg.norm(params["wte"], axis=1).max() / np.linalg.norm(params["wte"][256])
     params["ln_f"] = {"g": np.zeros(8, np.float32), "b": params["wte"][256].copy()}
     return hp, params
@@ -701,7 +701,7 @@ def test_live_generate_gives_what_the_golden_holds_and_ours_agrees(tmp_path):
     with open(fresh, encoding="utf-8") as f:
         assert [c["name"] for c in json.load(f)["cases"]] == [c["name"] for c in GENERATE_GOLDEN]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpt2_numpy.py",
-                        "tests/test_beam_search.py", "tests/test_gpt2_cli.py", "-k", "generate and not live"],
+                        "tests/test_decoding.py", "tests/test_gpt2_cli.py", "-k", "generate and not live"],
                        cwd=ROOT, capture_output=True, text=True, timeout=900,
                        env={**os.environ, "GPT2_GENERATE_GOLDEN": str(fresh)})
     assert r.returncode == 0 and " passed" in r.stdout.splitlines()[-1], r.stdout[-3000:]

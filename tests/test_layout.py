@@ -238,7 +238,7 @@ def test_a_bench_writes_its_random_model_into_a_bench_out_not_yet_made(tmp_path,
 
 
 def test_a_bench_keeps_its_trained_model_in_a_bench_out_not_yet_made(tmp_path, monkeypatch):
-    from initialise import init_params
+    from parameters import init_params
 
     bench = bench_script(monkeypatch, "bench_from_scratch", tmp_path)
     hp = dict(BENCH_TINY, n_vocab=257)

@@ -10,7 +10,7 @@ import pytest
 
 import bpe
 from gpt2_numpy import generate
-from initialise import init_params
+from parameters import init_params
 import optimizer
 import train
 from interface import bpe_cli, train_cli

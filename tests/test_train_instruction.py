@@ -12,7 +12,7 @@ from backward import IGNORE
 import bpe
 from conftest import DATA, rand
 from gpt2_numpy import generate, gpt2
-from initialise import init_params
+from parameters import init_params
 import optimizer
 import train
 from interface import train_cli

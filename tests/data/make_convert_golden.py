@@ -39,7 +39,7 @@ sys.path.insert(0, ROOT)
 import bpe  # noqa: E402
 import convert  # noqa: E402
 import gpt2_numpy as g  # noqa: E402
-from initialise import init_params  # noqa: E402
+from parameters import init_params  # noqa: E402
 from plumbing import shapes  # noqa: E402
 from plumbing.checkpoint import write_checkpoint  # noqa: E402
 from interface.loading import load_model  # noqa: E402

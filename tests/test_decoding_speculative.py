@@ -1,4 +1,4 @@
-"""Speculative decoding (speculative.py): exact at greedy, exact in distribution, and the
+"""Speculative decoding (decoding.py, part B): exact at greedy, exact in distribution, and the
 caches it rewinds. The models are the committed real-TensorFlow checkpoints: 'odd' (96 ids) and its
 perturbed copies as drafts, and 'tiny' (GPT-2's 50,257 ids) for the command line."""
 import json
@@ -13,8 +13,8 @@ import pytest
 from conftest import ROOT, VOCAB, model_folder_copy
 import bpe
 import gpt2_numpy as g
-import initialise
-import speculative as spec
+import parameters
+import decoding as spec
 from plumbing import shapes
 from plumbing.checkpoint import write_checkpoint
 
@@ -31,7 +31,7 @@ def perturbed(params, scale, seed):
 def odd(models):
     hp, params = models["odd"]
     return {"model": (params, hp), "self": (params, hp), "perturbed": (perturbed(params, 0.3, 1), hp),
-            "random": (initialise.init_params(hp, seed=5), hp), "lookup": "lookup"}
+            "random": (parameters.init_params(hp, seed=5), hp), "lookup": "lookup"}
 
 
 def tokens(steps):
@@ -316,7 +316,7 @@ def test_a_draft_with_another_vocabulary_is_a_one_line_error(tiny, tmp_path):
     bytes_only = str(tmp_path / "bytes")  # a 257-id model, with bpe.py's vocabulary of the bytes alone
     bpe.write_vocab(str(tmp_path / "vocab"), [])
     hp = {"n_vocab": 257, "n_ctx": 64, "n_embd": 8, "n_head": 2, "n_layer": 1}
-    write_checkpoint(bytes_only, initialise.init_params(hp), hp, vocab_dir=str(tmp_path / "vocab"))
+    write_checkpoint(bytes_only, parameters.init_params(hp), hp, vocab_dir=str(tmp_path / "vocab"))
     for draft in (swapped, bytes_only):
         code, out, err = run("Hello", "--model", tiny, "--draft", draft, "--quiet")
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err

@@ -1,11 +1,11 @@
-"""beam_search.py: one step against every continuation written out, the cache that follows the beams,
+"""decoding.py, beam search: one step against every continuation written out, the cache that follows the beams,
 and Hugging Face generate's beam search id for id, with its sequences_scores (tests/data/generate_golden.json:
 K = 2 and 4, length penalties 0, 1 and 2, early stopping on and off, R = K, the penalties, a stop string)."""
 import numpy as np
 import pytest
 
 from conftest import generate_golden, golden_model, golden_settings, rand
-import beam_search as bs
+import decoding as bs
 import gpt2_numpy as g
 from plumbing.errors import UserError
 
