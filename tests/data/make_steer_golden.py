@@ -18,8 +18,9 @@ at its hook point at every position, the same generation and logits.
 
 Under "<case>/": "prompt" [T] (the ids generation starts from), "ids" [16], the logits of the prompt and those
 ids at some columns ("cols" [K], "logits" [T + 16, K]: each position's top token and 256 at random) and
-"logsumexp" [T + 16] over all V, and "vector" ([n, C] for ActAdd: the two hooks' activations summed; [C] for the latent); for ActAdd "add", "sub" (the
-unpadded steering ids), "layer", "coeff"; for the latent "latent", "alpha".
+"logsumexp" [T + 16] over all V, and "vector" ([n, C] for ActAdd: the two hooks' activations summed; [C]
+for the latent); for ActAdd "add", "sub" (the unpadded steering ids), "layer", "coeff"; for the latent
+"latent", "alpha".
 """
 import json
 import os

@@ -17,8 +17,9 @@ so with K > 0 the generated tokens are never steered (docs/steering.md).
 
 Under "<case>/": "pairs_positive", "pairs_negative" (each text's ids, concatenated) with "pairs_lengths" [N, 2],
 "layers", "read_token_index", "multiplier", "min_token_index", "aggregator" ("mean" or "pca"), "vectors"
-[len(layers), C] (before the multiplier), "prompt" [T], "ids" [16],
-the logits at some columns ("cols" [K], "logits" [T + 16, K]: each position's top token and 256 at random), "logsumexp" [T + 16] over all V, "ids_package_cached".
+[len(layers), C] (before the multiplier), "prompt" [T], "ids" [16], the logits at some columns ("cols" [K],
+"logits" [T + 16, K]: each position's top token and 256 at random), "logsumexp" [T + 16] over all V, and
+"ids_package_cached".
 """
 import os
 
