@@ -60,10 +60,9 @@ def activations(ids, params, hparams, names):
     return kept
 
 
-def check_layer(layer, hparams, what):
+def check_layer(layer, hparams):
     if not (isinstance(layer, (int, np.integer)) and 0 <= layer < hparams["n_layer"]):
-        raise UserError(f"{what} must be a layer of the model, 0 to {hparams['n_layer'] - 1}, got {layer!r}",
-                        arg="layer")
+        raise UserError(f"must be a layer of the model, 0 to {hparams['n_layer'] - 1}, got {layer!r}", arg="layer")
 
 
 def check_finite(value, arg):
@@ -80,7 +79,7 @@ def act_add_vector(params, hparams, add_ids, sub_ids, layer, coeff):
     add_ids, sub_ids: each <|endoftext|> first, unpadded; the shorter is padded on the right with " " (SPACE),
     as the paper's code pads (pad_method="tokens_right"): position t of one lines up with position t of the
     other, and a space is close to nothing."""
-    check_layer(layer, hparams, "the ActAdd layer")
+    check_layer(layer, hparams)
     check_finite(coeff, "coeff")
     n = max(len(add_ids), len(sub_ids))
     name = f"blocks.{layer}.hook_resid_pre"
@@ -116,7 +115,7 @@ def read_position(n, read_token_index):
     """The position a read index names in a text of n tokens: from the start, or from the end if negative."""
     at = read_token_index + n if read_token_index < 0 else read_token_index
     if not 0 <= at < n:
-        raise UserError(f"read index {read_token_index} is outside a text of {plural(n, 'token')}",
+        raise UserError(f"{read_token_index} is outside a text of {plural(n, 'token')}",
                         arg="read_token_index")
     return at
 
@@ -125,7 +124,7 @@ def pair_differences(params, hparams, pairs, layers, read_token_index=-1):
     """Each pair's positive - negative activation at the output of each block, read at one token of each text.
     pairs [(positive ids, negative ids)], no <|endoftext|>.   -> {layer: [N, C]}"""
     for layer in layers:
-        check_layer(layer, hparams, "a steering-vector layer")
+        check_layer(layer, hparams)
     at = [[read_position(len(ids), read_token_index) for ids in pair] for pair in pairs]  # every text's, first
     names = {layer: f"blocks.{layer}.hook_resid_post" for layer in layers}
     diffs = {layer: [] for layer in layers}

@@ -142,7 +142,7 @@ def act_add(args, encoder, hparams, params):
     prompt = [encoder.eot] + encoder.encode(args.prompt)
     add, sub = ([encoder.eot] + encoder.encode(text) for text in (args.add, args.sub))
     n = max(len(add), len(sub))
-    S.check_layer(args.layer, hparams, "--layer")
+    S.check_layer(args.layer, hparams)
     if len(prompt) < n:
         raise UserError(f"the prompt has {plural(len(prompt), 'token')} with <|endoftext|>, fewer than the steering "
                         f"prompts' {n}: ActAdd adds to the prompt's first {n} positions")
