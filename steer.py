@@ -210,8 +210,9 @@ def generate_steered(prompt, params, hparams, make_hooks, n_tokens=40, temperatu
     kv_cache=False: the whole text through the model at each step, each pass a new text to new hooks; the
     same rng draws, so the same ids."""
     if kv_cache:
+        hooks = make_hooks()
         return g.generate(prompt, params, hparams, n_tokens, temperature, top_k, top_p, seed, 1, stop,
-                          hook=model_hook(make_hooks()), min_p=min_p)
+                          hook=model_hook(hooks) if hooks else g.no_hook, min_p=min_p)
     g.check_sampling(n_tokens, temperature, top_k, top_p, 1, min_p)
     ids = list(g.checked_prompt(prompt, params, hparams, n_tokens, stop))
     return recomputed_steps(ids, params, hparams, make_hooks, n_tokens, dict(temperature=temperature, top_k=top_k,
