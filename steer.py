@@ -74,16 +74,17 @@ def check_finite(value, arg):
 # 1. ActAdd
 # ============================================================================
 
-def act_add_vector(params, hparams, add_ids, sub_ids, layer, coeff):
+def act_add_vector(params, hparams, add_ids, sub_ids, layer, coeff, pad_id=SPACE):
     """ActAdd's steering: coeff · (resid_pre of block `layer` on add_ids - on sub_ids).   -> [n, C]
-    add_ids, sub_ids: each <|endoftext|> first, unpadded; the shorter is padded on the right with " " (SPACE),
-    as the paper's code pads (pad_method="tokens_right"): position t of one lines up with position t of the
-    other, and a space is close to nothing."""
+    add_ids, sub_ids: each <|endoftext|> first, unpadded; the shorter is padded on the right with " " (pad_id:
+    GPT-2's is SPACE; a vocabulary of one's own has its own), as the paper's code pads (pad_method="tokens_right",
+    custom_pad_id the id of " "): position t of one lines up with position t of the other, and a space says
+    next to nothing."""
     check_layer(layer, hparams)
     check_finite(coeff, "coeff")
     n = max(len(add_ids), len(sub_ids))
     name = f"blocks.{layer}.hook_resid_pre"
-    add, sub = (activations(list(ids) + [SPACE] * (n - len(ids)), params, hparams, [name])[name]
+    add, sub = (activations(list(ids) + [pad_id] * (n - len(ids)), params, hparams, [name])[name]
                 for ids in (add_ids, sub_ids))
     return np.float32(coeff) * (add - sub)
 

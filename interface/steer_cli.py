@@ -146,7 +146,7 @@ def act_add(args, encoder, hparams, params):
     if len(prompt) < n:
         raise UserError(f"the prompt has {plural(len(prompt), 'token')} with <|endoftext|>, fewer than the steering "
                         f"prompts' {n}: ActAdd adds to the prompt's first {n} positions")
-    vector = S.act_add_vector(params, hparams, add, sub, args.layer, args.coeff)
+    vector = S.act_add_vector(params, hparams, add, sub, args.layer, args.coeff, pad_id=encoder.encode(" ")[0])
     return prompt, lambda: S.act_add_hooks(vector, args.layer), {"vector": vector.tolist()}, \
         f"{args.add!r} - {args.sub!r} at layer {args.layer}, coefficient {args.coeff:g}"
 
