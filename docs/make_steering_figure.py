@@ -59,6 +59,8 @@ def mass(logits, ids):
 def sweep(model):
     encoder, hparams, params = loading.load_model(model, quiet=True)
     love, hate = single_tokens(encoder, LOVE), single_tokens(encoder, HATE)
+    if not love or not hate:
+        sys.exit(f"{model}: its vocabulary holds none of the {'love' if not love else 'hate'} words as one token")
     batch = np.array(texts(encoder))
     plain = look_inside.run_with_hooks(batch, params, hparams, {})
     add, sub = ([encoder.eot] + encoder.encode(t) for t in ("Love", "Hate"))

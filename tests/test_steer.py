@@ -234,6 +234,9 @@ LAT = ["latent", "The weather", "--sae", SAE_DIR]
     (VEC + ["--layer", "0", "--aggregator", "median"], "--aggregator must be mean or pca, got 'median'"),
     (VEC + ["--layer", "0", "--read-token-index", "3"], "--read-token-index 3 is outside a text of 3 tokens"),
     (VEC + ["--layer", "0", "--read-token-index", "-4"], "--read-token-index -4 is outside a text of 3 tokens"),
+    (ADD + ["--layer", "0", "--coeff", "1", "--threads", "0"], "--threads must be at least 1, got 0"),
+    (ADD + ["--layer", "0", "--coeff", "1", "--greedy", "--temperature", "0.5"], "--greedy is --temperature 0"),
+    (ADD + ["--layer", "0", "--coeff", "1", "--top-p", "2"], "--top-p must be in (0, 1]"),
 ])
 def test_bad_input_is_one_line_and_exit_2_and_nothing_written(capsys, tmp_path, args, said):
     r = cli(capsys, *args, "--logits", tmp_path / "l.npy")
@@ -255,3 +258,14 @@ def test_an_sae_for_another_width_or_a_hook_the_model_lacks_is_refused(capsys, t
                 "--logits", tmp_path / "l.npy")
         assert r.returncode == 2 and said in r.stderr and r.stderr.count("\n") == 1, r.stderr
         assert not (tmp_path / "l.npy").exists()
+
+
+def test_a_pairs_file_with_a_bad_line_or_an_empty_text_is_refused(capsys, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    for lines, said in ((['{"positive": "a b"}'], 'line 1 must be {"positive": TEXT, "negative": TEXT}'),
+                        (['{"positive": "a", "negative": "b"}', "nope"], "line 2 is not JSON"),
+                        (['{"positive": "", "negative": "b"}'], "a pair's text is empty ('')")):
+        pairs.write_text("\n".join(lines) + "\n")
+        r = cli(capsys, "vector", "I think", "--pairs", pairs, "--layer", "0", "--logits", tmp_path / "l.npy")
+        assert r.returncode == 2 and said in r.stderr and r.stderr.count("\n") == 1, r.stderr
+        assert sorted(os.listdir(tmp_path)) == ["pairs.jsonl"]
