@@ -103,8 +103,8 @@ def svg(run):
     for i, (coeff, colour) in enumerate(zip(COEFFS, COLOURS)):
         out.append(f'<rect x="{W - RIGHT + 14}" y="{TOP + 8 + 18 * i}" width="12" height="12" fill="{colour}"/>'
                    f'<text x="{W - RIGHT + 32}" y="{TOP + 18 + 18 * i}">coeff {coeff}</text>')
-    out.append(f'<text x="{W / 2}" y="18" text-anchor="middle">"Love" − "Hate": Δ log p(love words) − Δ log p(hate '
-               'words), nats</text></svg>')
+    out.append(f'<text x="{W / 2}" y="18" text-anchor="middle">"Love" − "Hate": Δ log p(love words) − '
+               'Δ log p(hate words), nats</text></svg>')
     return "\n".join(out) + "\n"
 
 

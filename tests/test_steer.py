@@ -250,7 +250,8 @@ def test_an_sae_for_another_width_or_a_hook_the_model_lacks_is_refused(capsys, t
     wide = {k: np.zeros((v.shape[0], 16) if k == "W_dec" else (16, v.shape[1]) if k == "W_enc" else
                         (16,) if k == "b_dec" else v.shape, np.float32) for k, v in sae.items() if k != "cfg"}
     sae_files.save_sae(str(tmp_path / "wide"), {**wide, "cfg": {**sae["cfg"], "d_in": 16}})
-    nowhere = {**sae, "cfg": {**sae["cfg"], "metadata": {**sae["cfg"]["metadata"], "hook_name": "blocks.5.hook_resid_pre"}}}
+    metadata = {**sae["cfg"]["metadata"], "hook_name": "blocks.5.hook_resid_pre"}
+    nowhere = {**sae, "cfg": {**sae["cfg"], "metadata": metadata}}
     sae_files.save_sae(str(tmp_path / "nowhere"), nowhere)
     for folder, said in (("wide", "the SAE reads 16 numbers a token but blocks.1.hook_resid_pre has 8"),
                          ("nowhere", "no activation is called 'blocks.5.hook_resid_pre'")):
