@@ -2,6 +2,7 @@
 measures a steering's effect on a topic: the change in the log-probability of a word list.
 
     python docs/make_steering_figure.py models/baby        # the README's from-scratch Shakespeare model
+    python docs/make_steering_figure.py models/baby " love" " hate"    # another pair: the table alone
 
 For each text (TEXTS lines of the validation tenth of data/tinyshakespeare.txt, WINDOW tokens each after
 <|endoftext|>) and each position past the steered front, the next-token log-probability of the love words
@@ -56,14 +57,14 @@ def mass(logits, ids):
     return (top + np.log(np.exp(lp - top).sum(-1, keepdims=True)))[..., 0]
 
 
-def sweep(model):
+def sweep(model, pair=("Love", "Hate")):
     encoder, hparams, params = loading.load_model(model, quiet=True)
     love, hate = single_tokens(encoder, LOVE), single_tokens(encoder, HATE)
     if not love or not hate:
         sys.exit(f"{model}: its vocabulary holds none of the {'love' if not love else 'hate'} words as one token")
     batch = np.array(texts(encoder))
     plain = look_inside.run_with_hooks(batch, params, hparams, {})
-    add, sub = ([encoder.eot] + encoder.encode(t) for t in ("Love", "Hate"))
+    add, sub = ([encoder.eot] + encoder.encode(t) for t in pair)
     n = max(len(add), len(sub))
     results = {}
     for layer in range(hparams["n_layer"]):
@@ -109,9 +110,11 @@ def svg(run):
 
 
 def main():
-    run = sweep(sys.argv[1])
-    with open(os.path.join(HERE, "steering_sweep.svg"), "w", encoding="utf-8") as f:
-        f.write(svg(run))
+    pair = tuple(sys.argv[2:4]) or ("Love", "Hate")
+    run = sweep(sys.argv[1], pair)
+    if pair == ("Love", "Hate"):
+        with open(os.path.join(HERE, "steering_sweep.svg"), "w", encoding="utf-8") as f:
+            f.write(svg(run))
     print(json.dumps({k: run[k] for k in ("love", "hate", "n")}))
     print("layer " + "".join(f"{'coeff ' + str(c):>22}" for c in COEFFS))
     for layer in range(run["n_layer"]):
