@@ -61,11 +61,13 @@ def activations(ids, params, hparams, names):
 
 
 def check_layer(layer, hparams):
+    """A block of the model: 0 to n_layer - 1."""
     if not (isinstance(layer, (int, np.integer)) and 0 <= layer < hparams["n_layer"]):
         raise UserError(f"must be a layer of the model, 0 to {hparams['n_layer'] - 1}, got {layer!r}", arg="layer")
 
 
 def check_finite(value, arg):
+    """A coefficient, multiplier or alpha: a number, not inf or nan (they would make every logit nan)."""
     if not (isinstance(value, (int, float, np.floating, np.integer)) and math.isfinite(value)):
         raise UserError(f"must be a finite number, got {value!r}", arg=arg)
 
