@@ -221,6 +221,9 @@ def run_tests(folder, tests):
         said = (r.stderr.strip() or r.stdout.strip() or "no output").splitlines()[-1]
         raise UserError(f"pytest did not run in {folder} ({said}): install requirements.txt in this python "
                         f"({sys.executable})")
+    sections = re.split(r"^_{3,} (\S+) _{3,}$", r.stdout, flags=re.M)  # each failure's traceback
+    said = {name.split("[")[0]: [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+            for name, text in zip(sections[1::2], sections[2::2])}
     passed, failed = set(), {}
     for line in lines:
         kind, _, rest = line.partition(" ")
@@ -228,8 +231,11 @@ def run_tests(folder, tests):
         if kind == "PASSED" and name:
             passed.add(name.group(1))
         elif kind in ("FAILED", "ERROR"):
-            failed.setdefault(name.group(1) if name else rest.split(" - ")[0], line)
-    count = next((re.sub(r" in [\d.]+s.*", "", line.strip("= ")) for line in reversed(lines)
+            test = name.group(1) if name else rest.split(" - ")[0]
+            if line.rstrip().endswith(":"):  # a message that starts on its next line (NumPy's): its first lines
+                line = " ".join([line.rstrip(), *[e for e in said.get(test, [])[1:] if e][:2]])
+            failed.setdefault(test, line)
+    count = next((re.sub(r"(, \d+ deselected)? in [\d.]+s.*", "", line.strip("= ")) for line in reversed(lines)
                   if re.search(r"\d+ (passed|failed|error)", line)), "no test ran")
     return passed - set(failed), failed, count
 
