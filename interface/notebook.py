@@ -164,14 +164,14 @@ def apply_cells(folder, numbers, cells):
     """Write each written cell's body into its function's file in folder -> ({(number, function):
     "notebook", "files" or None (blank in both)}, {(number, function): one line, for each cell that
     could not be written}): a cell that is not Python, or defines another name, or a file that is not."""
-    written, problems = {}, {}
+    written, problems, sources, trees = {}, {}, {}, {}
     for number in numbers:
         for file, function in handout.functions(number):
-            path = os.path.join(folder, file)
-            with open(path, encoding="utf-8") as f:
-                source = f.read()
+            if file not in sources:
+                with open(os.path.join(folder, file), encoding="utf-8") as f:
+                    sources[file] = f.read()
             try:
-                tree = ast.parse(source)
+                trees[file] = trees.get(file) or ast.parse(sources[file])
             except SyntaxError as e:
                 problems[(number, function)] = f"exercise {number}: {file} is not Python: line {e.lineno}: {e.msg}"
                 written[(number, function)] = "files"
@@ -183,14 +183,18 @@ def apply_cells(folder, numbers, cells):
                 written[(number, function)] = "notebook"
                 continue
             if body is None:
-                written[(number, function)] = None if is_blank(handout.function_node(tree, function)) else "files"
+                written[(number, function)] = None if is_blank(handout.function_node(trees[file], function)) else "files"
                 continue
-            new = handout.replace_body(source, function, body)
-            if new != source:
-                with whole_file(path, file) as tmp:  # never half a file
-                    with open(tmp, "w", encoding="utf-8") as f:
-                        f.write(new)
+            sources[file], trees[file] = handout.replace_body(sources[file], function, body), None
             written[(number, function)] = "notebook"
+    for file, source in sources.items():
+        path = os.path.join(folder, file)
+        with open(path, encoding="utf-8") as f:
+            if f.read() == source:
+                continue
+        with whole_file(path, file) as tmp:  # never half a file
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(source)
     return written, problems
 
 
@@ -337,12 +341,16 @@ def exercise_texts(docs):
     return texts
 
 
-def student_source(folder, number, file, function):
+def student_source(folder, number, file, function, parsed):
     """A student cell: its marker line, the file's names (its constants, for a default argument; NumPy,
-    to try the function here), then the blanked def as the handout's file holds it."""
-    with open(os.path.join(folder, file), encoding="utf-8") as f:
-        source = f.read()
-    node = handout.function_node(ast.parse(source), function)
+    to try the function here), then the blanked def as the handout's file holds it. parsed: {file:
+    (source, tree)}, each file read once for the whole notebook."""
+    if file not in parsed:
+        with open(os.path.join(folder, file), encoding="utf-8") as f:
+            source = f.read()
+        parsed[file] = source, ast.parse(source)
+    source, tree = parsed[file]
+    node = handout.function_node(tree, function)
     lines = source.splitlines()[node.lineno - 1:node.end_lineno]
     definition = "\n".join(line[node.col_offset:] if not line[:node.col_offset].strip() else line for line in lines)
     module = file[:-3].replace("/", ".")
@@ -387,6 +395,7 @@ def write_notebook(folder, numbers, model="124M", name=None):
     check and a program cell. name: the folder's name once written (Colab's first cell moves into it)."""
     texts = exercise_texts(os.path.join(folder, "docs", "exercises.md"))
     files = sorted({file for n in numbers for file, _ in handout.functions(n)})
+    parsed = {}
     cells = [cell("markdown", INTRO.format(numbers=handout.spans(numbers), notebook=handout.NOTEBOOK, model=model,
                                            files="`, `".join(files)), ["intro"], "intro"),
              cell("code", SETUP.format(record=handout.RECORD, name=name or os.path.basename(os.path.abspath(folder))),
@@ -396,7 +405,7 @@ def write_notebook(folder, numbers, model="124M", name=None):
         text = texts.get(n, f"**{title}**: write {', '.join(f for _, f in handout.functions(n))}.")
         tag = f"exercise-{n}"
         cells.append(cell("markdown", f"## Exercise {n}\n\n{text}\n", [tag, "text"], f"{tag}-text"))
-        cells += [cell("code", student_source(folder, n, file, function), [tag, "student"], f"{tag}-{function}")
+        cells += [cell("code", student_source(folder, n, file, function, parsed), [tag, "student"], f"{tag}-{function}")
                   for file, function in handout.functions(n)]
         cells.append(cell("code", f"check({n})\n", [tag, "check"], f"{tag}-check"))
         cells.append(cell("code", f"run_program({n})  # {handout.WHERE[where]}\n", [tag, "program"], f"{tag}-program"))
