@@ -217,7 +217,7 @@ def run_tests(folder, tests):
     name: pytest's line}, pytest's count line); a pytest that could not run is one line (UserError)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the folder's modules, not another's
     env["COLUMNS"] = "1000"  # each failure's line whole, its message included
-    command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *test_files(folder, tests),
+    command = [sys.executable, "-m", "pytest", "-q", "-rA", "--color=no", "-p", "no:cacheprovider", *test_files(folder, tests),
                "-k", " or ".join(tests)]
     r = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env)
     lines = r.stdout.splitlines()
