@@ -3,6 +3,8 @@
     python handout.py --list                  # the exercises, their functions and their tests
     python handout.py class/ 1 4 9            # a copy with exercises 1, 4 and 9 to do
     python handout.py class/                  # every exercise
+    python handout.py class/ 1 9 --notebook   # and class/exercises.ipynb: a check and a program cell each
+    python handout.py --progress class/ ...   # the teacher's view: done, failing, not started
 
 The copy holds what git tracks (a .venv and the models stay behind: the message says where).
 In the copy, each chosen function keeps its signature and docstring, and its body is

@@ -28,9 +28,10 @@ from plumbing.folders import whole_file
 
 PROMPT = "Alan Turing theorized that computers would one day become"
 IOI = ["--clean", "When Mary and John went to the store, John gave a drink to",
-       "--corrupted", "When Mary and John went to the store, Mary gave a drink to", "--answer", " Mary", "--wrong", " John"]
-TRAIN = ["--model", "MODEL", "--out", "OUT", "--steps", "3", "--batch-size", "2", "--context", "32", "--eval-every", "1",
-         "--sample-every", "3", "--quiet"]
+       "--corrupted", "When Mary and John went to the store, Mary gave a drink to",
+       "--answer", " Mary", "--wrong", " John"]
+TRAIN = ["--model", "MODEL", "--out", "OUT", "--steps", "3", "--batch-size", "2", "--context", "32",
+         "--eval-every", "1", "--sample-every", "3", "--quiet"]
 # What a program cell runs for each of handout.WHERE's programs: python's arguments, in the handout's
 # folder, MODEL the handout's model, OUT a new folder, TEXT the first lines of data/tinyshakespeare.txt.
 # Each prints the same every run (greedy, or a fixed seed). A program not here is named for the
@@ -183,7 +184,8 @@ def apply_cells(folder, numbers, cells):
                 written[(number, function)] = "notebook"
                 continue
             if body is None:
-                written[(number, function)] = None if is_blank(handout.function_node(trees[file], function)) else "files"
+                blank = is_blank(handout.function_node(trees[file], function))
+                written[(number, function)] = None if blank else "files"
                 continue
             sources[file], trees[file] = handout.replace_body(sources[file], function, body), None
             written[(number, function)] = "notebook"
@@ -217,8 +219,8 @@ def run_tests(folder, tests):
     name: pytest's line}, pytest's count line); a pytest that could not run is one line (UserError)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the folder's modules, not another's
     env["COLUMNS"] = "1000"  # each failure's line whole, its message included
-    command = [sys.executable, "-m", "pytest", "-q", "-rA", "--color=no", "-p", "no:cacheprovider", *test_files(folder, tests),
-               "-k", " or ".join(tests)]
+    command = [sys.executable, "-m", "pytest", "-q", "-rA", "--color=no", "-p", "no:cacheprovider",
+               *test_files(folder, tests), "-k", " or ".join(tests)]
     r = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env)
     lines = r.stdout.splitlines()
     if r.returncode not in (0, 1) and not any(line.startswith("ERROR ") for line in lines):

@@ -127,7 +127,8 @@ def test_the_notebook_has_each_exercises_text_functions_check_and_program_in_ord
             tree = ast.parse("".join(c["source"]))
             assert [type(n) for n in tree.body] == [ast.ImportFrom, ast.FunctionDef]
             assert notebook.is_blank(tree.body[1]) and ast.get_docstring(tree.body[1])
-    assert cells[("exercise-9", "check")] == "check(9)\n" and cells[("exercise-9", "program")].startswith("run_program(9)")
+    assert cells[("exercise-9", "check")] == "check(9)\n"
+    assert cells[("exercise-9", "program")].startswith("run_program(9)")
 
 
 def test_a_blank_notebook_says_not_written_yet_and_which_exercise_the_program_needs(students):
