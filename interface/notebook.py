@@ -24,7 +24,7 @@ import tempfile
 
 import handout
 from plumbing.errors import UserError
-from plumbing.folders import whole_file
+from plumbing.folders import MODELS_DIR_ENV, whole_file
 
 PROMPT = "Alan Turing theorized that computers would one day become"
 IOI = ["--clean", "When Mary and John went to the store, John gave a drink to",
@@ -32,11 +32,58 @@ IOI = ["--clean", "When Mary and John went to the store, John gave a drink to",
        "--answer", " Mary", "--wrong", " John"]
 TRAIN = ["--model", "MODEL", "--out", "OUT", "--steps", "3", "--batch-size", "2", "--context", "32",
          "--eval-every", "1", "--sample-every", "3", "--quiet"]
+# The programs that are a few lines of Python rather than a command: python -c HEADS MODEL, ... (SCRIPTS).
+HEADS = """import sys, numpy as np, look_inside
+from interface import loading
+encoder, hp, params = loading.load_model(sys.argv[1])
+ids = encoder.encode("the leanness that afflicts us, the object of our misery; the leanness that afflicts us")
+_, cache = look_inside.run_with_cache([ids], params, hp, names=lambda n: n.endswith("hook_pattern"))
+pattern = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(hp["n_layer"])])
+print("previous-token scores, a row a layer:", look_inside.previous_token_scores(pattern).astype(float).round(3))
+print("induction scores, a row a layer:", look_inside.induction_scores(pattern, ids).astype(float).round(3))
+"""
+ABLATE = """import sys, look_inside
+from interface import loading
+encoder, hp, params = loading.load_model(sys.argv[1])
+ids = [encoder.encode("What authority surfeits on would relieve us: if they would yield us but the superfluity")]
+print("loss:", round(look_inside.loss(ids, params, hp), 4))
+ablated = {"blocks.0.attn.hook_z": look_inside.zero_ablate_head(1)}
+print("with layer 0's head 1 ablated:", round(look_inside.loss(ids, params, hp, ablated), 4))
+"""
+Q8_0 = """import os, sys, convert, gpt2_numpy as g
+from interface import loading
+os.makedirs(sys.argv[2])
+convert.convert(loading.fetch_model(sys.argv[1]), os.path.join(sys.argv[2], "model.gguf"), "gguf", "q8_0")
+encoder, hp, params = loading.load_model(os.path.join(sys.argv[2], "model.gguf"))
+ids = encoder.encode("Alan Turing theorized that")
+print("greedy, from the Q8_0 file:", [int(t[0]) for t in g.generate(ids, params, hp, n_tokens=8, top_k=1)])
+"""
+SAE = """import sys, sae
+from interface import loading
+encoder, hp, params = loading.load_model(sys.argv[1])
+with open(sys.argv[2], encoding="utf-8") as f:
+    rows = sae.windows(encoder.encode(f.read()), 16, encoder.eot)[:8]
+x = sae.gather(rows, params, hp, "blocks.0.hook_resid_post").reshape(-1, hp["n_embd"])
+s = sae.new_sae(x.shape[1], 32, seed=0, metadata={"hook_name": "blocks.0.hook_resid_post"})
+state = sae.new_adam_state(s)
+for step in range(3):
+    losses = sae.train_step(x, s, state, 1e-2, sae.l1_coefficient(step, 1.0, 2))
+    print(f"step {step + 1}:", {k: round(v, 4) for k, v in losses.items()})
+print("the latents' sum:", round(float(sae.encode(x, s).sum()), 4))
+"""
+SCRIPTS = {"HEADS": HEADS, "ABLATE": ABLATE, "Q8_0": Q8_0, "SAE": SAE}
 # What a program cell runs for each of handout.WHERE's programs: python's arguments, in the handout's
-# folder, MODEL the handout's model, OUT a new folder, TEXT the first lines of data/tinyshakespeare.txt.
-# Each prints the same every run (greedy, or a fixed seed). A program not here is named for the
-# student to run (it needs a file of their own: labelled texts, gathered activations).
+# folder, MODEL the handout's model, OUT a new folder, TEXT the first lines of data/tinyshakespeare.txt,
+# LAMBADA five of its lines as lambada's JSON lines, PAIRS instruction pairs made of its words. Each
+# prints the same every run (greedy, or a fixed seed). A program not here is named for the student to
+# run (it reads a file of their own: a classifier).
 COMMANDS = {
+    "heads": ["-c", "HEADS", "MODEL"],
+    "ablate": ["-c", "ABLATE", "MODEL"],
+    "q8_0": ["-c", "Q8_0", "MODEL", "OUT"],
+    "sae": ["-c", "SAE", "MODEL", "TEXT"],
+    "lambada": ["evaluate.py", "lambada", "LAMBADA", "--model", "MODEL", "--quiet"],
+    "instruction": ["train.py", "--data", "PAIRS", *TRAIN],
     "generate": ["gpt2_numpy.py", "--model", "MODEL", "--seed", "1", "--top-k", "20", "--top-p", "0.9",
                  "--n-tokens", "20", "--quiet", PROMPT],
     "params": ["gpt2_numpy.py", "--params", "MODEL"],
@@ -283,24 +330,44 @@ def run_program_lines(folder, number, history=None):
                 + "; ".join(f"{n} ({', '.join(blanks(written, n))} not yet)" for n in todo)]
     if where not in COMMANDS:
         return [f"exercise {number} runs in {handout.WHERE[where]}: run it there yourself"]
+    model = record.get("model") or "124M"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if os.path.isdir(record.get("models_dir") or "") and MODELS_DIR_ENV not in env:
+        env[MODELS_DIR_ENV] = record["models_dir"]  # the project's models, where the handout's message says they stay
     with tempfile.TemporaryDirectory() as tmp:
-        with open(os.path.join(folder, "data", "tinyshakespeare.txt"), encoding="utf-8") as f:
-            text = f.read(TEXT_CHARACTERS)
-        with open(os.path.join(tmp, "text.txt"), "w", encoding="utf-8") as f:
-            f.write(text)
-        model = record.get("model") or "124M"
-        fill = {"MODEL": model, "OUT": os.path.join(tmp, "out"), "TEXT": os.path.join(tmp, "text.txt")}
+        fill = {"MODEL": model, **SCRIPTS, **program_files(folder, tmp)}
         argv = [fill.get(a, a) for a in COMMANDS[where]]
-        models_dir = record.get("models_dir")
-        if "MODEL" in COMMANDS[where] and not os.path.exists(model) and models_dir and os.path.isdir(models_dir):
-            argv += ["--models-dir", models_dir]  # the project's models, where the handout's message says they stay
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         r = subprocess.run([sys.executable, *argv], cwd=folder, capture_output=True, text=True, env=env)
-    shown = " ".join(shlex.quote({fill["TEXT"]: "TEXT", fill["OUT"]: "OUT"}.get(a, a)) for a in argv)
-    lines = [f"$ python {shown}", *r.stdout.rstrip("\n").splitlines()]
+    shown = " ".join(shlex.quote(a) for a in COMMANDS[where]).replace("MODEL", shlex.quote(model))
+    said = r.stdout.rstrip("\n"), r.stderr.rstrip("\n")
+    for name, path in program_files_named(fill):  # the temporary files by their names: the same every run
+        said = tuple(text.replace(path, name) for text in said)
+    lines = [f"$ python {shown}", *said[0].splitlines()]
     if r.returncode:
-        lines += [f"the program stopped (exit status {r.returncode}):", *r.stderr.rstrip("\n").splitlines()[-12:]]
+        lines += [f"the program stopped (exit status {r.returncode}):", *said[1].splitlines()[-12:]]
     return lines
+
+
+def program_files_named(fill):
+    return [(name, path) for name, path in fill.items() if name in ("OUT", "TEXT", "LAMBADA", "PAIRS")]
+
+
+def program_files(folder, tmp):
+    """{TEXT, LAMBADA, PAIRS, OUT: a path in tmp}: the files a program cell reads, made from the first
+    lines of the handout's data/tinyshakespeare.txt, and a folder for what it writes."""
+    with open(os.path.join(folder, "data", "tinyshakespeare.txt"), encoding="utf-8") as f:
+        text = f.read(TEXT_CHARACTERS)
+    lines = [line for line in text.splitlines() if len(line.split()) >= 6][:5]
+    words = list(dict.fromkeys(re.findall(r"\b[a-z]{4,}\b", text)))[:16]
+    files = {"TEXT": text, "LAMBADA": "".join(json.dumps({"text": line}) + "\n" for line in lines),
+             "PAIRS": "".join(json.dumps({"prompt": f"Say {w} backwards:", "response": f" {w[::-1]}"}) + "\n"
+                              for w in words)}
+    paths = {"OUT": os.path.join(tmp, "out")}
+    for name, content in files.items():
+        paths[name] = os.path.join(tmp, name.lower() + (".txt" if name == "TEXT" else ".jsonl"))
+        with open(paths[name], "w", encoding="utf-8") as f:
+            f.write(content)
+    return paths
 
 
 def kernel_history():
