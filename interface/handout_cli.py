@@ -99,6 +99,7 @@ def show_progress(folders, as_json):
     """Each folder's exercises; every folder is checked to be a handout before any test runs."""
     for folder in folders:
         notebook.read_record(folder)
+        notebook.saved_cells(folder)  # its notebook, if it has one, reads
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # each runs pytest: a core each
         reports = list(pool.map(notebook.progress, folders))
     if as_json:

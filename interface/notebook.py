@@ -270,6 +270,8 @@ def run_tests(folder, tests):
                *test_files(folder, tests), "-k", " or ".join(tests)]
     r = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env)
     lines = r.stdout.splitlines()
+    if r.returncode == 5:  # none of them is in the folder's tests/
+        return set(), {}, f"no test ran: the folder's tests/ has none of {', '.join(tests)}"
     if r.returncode not in (0, 1) and not any(line.startswith("ERROR ") for line in lines):
         said = (r.stderr.strip() or r.stdout.strip() or "no output").splitlines()[-1]
         raise UserError(f"pytest did not run in {folder} ({said}): install requirements.txt in this python "

@@ -127,6 +127,7 @@ def test_the_notebook_has_each_exercises_text_functions_check_and_program_in_ord
             tree = ast.parse("".join(c["source"]))
             assert [type(n) for n in tree.body] == [ast.ImportFrom, ast.FunctionDef]
             assert notebook.is_blank(tree.body[1]) and ast.get_docstring(tree.body[1])
+    assert set(notebook.COMMANDS) <= set(handout.WHERE)  # the rest: "run it there yourself"
     assert cells[("exercise-9", "check")] == "check(9)\n"
     assert cells[("exercise-9", "program")].startswith("run_program(9)")
 
@@ -188,6 +189,19 @@ def test_a_cell_with_another_name_or_not_python_is_one_line_and_writes_nothing(t
     assert body_in(folder, "gpt2_numpy.py", "gelu") == before
     notebook.check(5)
     assert capsys.readouterr().out == "exercise 5 is not in this handout (it holds 1, 9)\n"
+    with open(os.path.join(folder, "bpe.py"), "a", encoding="utf-8") as f:
+        f.write("def (\n")  # the student broke the file itself
+    notebook.check(9)
+    assert capsys.readouterr().out.startswith("exercise 9: bpe.py is not Python: line ")
+
+
+def test_a_notebook_handout_stopped_half_way_leaves_nothing(tmp_path, model, monkeypatch, capsys):
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(notebook, "write_notebook", stopped)
+    r = in_process(handout_cli.main, capsys, str(tmp_path / "class"), "1", "--notebook", "--model", model)
+    assert r.returncode == 130 and os.listdir(tmp_path) == []
 
 
 def test_pasting_the_projects_own_body_into_every_student_cell_gives_the_projects_function(tmp_path):
@@ -243,6 +257,9 @@ def test_bad_requests_are_one_line_and_leave_nothing(tmp_path, capsys, students)
     (tmp_path / "full" / "mine.txt").write_text("x")
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / handout.RECORD).write_text("{")
+    (tmp_path / "bad notebook").mkdir()
+    (tmp_path / "bad notebook" / handout.RECORD).write_text('{"exercises": [1]}')
+    (tmp_path / "bad notebook" / handout.NOTEBOOK).write_text("{")
     for args, message in [([out, "--notebook"], "--notebook needs a folder and the exercises to hand out"),
                           ([out, "99", "--notebook"], "no exercise 99: choose from 1 to"),
                           ([out, "0", "--notebook"], "no exercise 0: choose from 1 to"),
@@ -251,11 +268,12 @@ def test_bad_requests_are_one_line_and_leave_nothing(tmp_path, capsys, students)
                           ([out, "1", "--model", "124M"], "--model names the notebook's model: give --notebook too"),
                           (["--progress", str(tmp_path / "full")], "not a handout (no readable handout.json"),
                           (["--progress", students["blank"][0], str(tmp_path / "broken")], "not a handout"),
+                          (["--progress", str(tmp_path / "bad notebook")], "exercises.ipynb: not a notebook"),
                           (["--progress", students["blank"][0], "1"], "not a handout"),
                           ([out, "1", "--json"], "--json goes with --progress")]:
         r = in_process(handout_cli.main, capsys, *args)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, (args, r.stderr)
-    assert sorted(os.listdir(tmp_path)) == ["broken", "full"]
+    assert sorted(os.listdir(tmp_path)) == ["bad notebook", "broken", "full"]
 
 
 def test_the_notebook_is_valid_nbformat(students):
