@@ -121,7 +121,7 @@ def test_the_notebook_has_each_exercises_text_functions_check_and_program_in_ord
     cells = {tuple(c["metadata"]["tags"]): "".join(c["source"]) for c in nb["cells"]}
     assert "test_gelu_is_the_tanh_approximation" in cells[("exercise-1", "text")]  # docs/exercises.md's text
     assert "the notebook's cell wins" in cells[("intro",)]
-    assert "TODO(lead, at merge): BLAS's threads" in cells[("setup",)]
+    assert "from interface.notebook import check, run_program\n" in cells[("setup",)]
     for c in nb["cells"]:
         if "student" in c["metadata"]["tags"]:
             tree = ast.parse("".join(c["source"]))
@@ -249,6 +249,9 @@ def test_progress_reads_the_files_and_the_notebook_and_leaves_the_folder_as_it_w
     assert table[4] == f"{wrong}: 1 fails test_gelu_is_the_tanh_approximation"
     assert notebook.progress_lines(reports[2:]) == [" 1. gelu, softmax, layer_norm: done, in the notebook",
                                                     " 9. BPE merges: done, in the files"]
+    plain = handout.write_handout(os.path.join(os.path.dirname(blank), "plain"), [4])  # no notebook: the files alone
+    assert notebook.progress(plain)["exercises"] == [
+        {"number": 4, "name": "the KV cache", "status": "not started", "failing": [], "written_in": []}]
 
 
 def test_bad_requests_are_one_line_and_leave_nothing(tmp_path, capsys, students):
