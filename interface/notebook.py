@@ -337,21 +337,17 @@ def run_program_lines(folder, number, history=None):
     if os.path.isdir(record.get("models_dir") or "") and MODELS_DIR_ENV not in env:
         env[MODELS_DIR_ENV] = record["models_dir"]  # the project's models, where the handout's message says they stay
     with tempfile.TemporaryDirectory() as tmp:
-        fill = {"MODEL": model, **SCRIPTS, **program_files(folder, tmp)}
-        argv = [fill.get(a, a) for a in COMMANDS[where]]
+        files = program_files(folder, tmp)
+        argv = [{"MODEL": model, **SCRIPTS, **files}.get(a, a) for a in COMMANDS[where]]
         r = subprocess.run([sys.executable, *argv], cwd=folder, capture_output=True, text=True, env=env)
-    shown = " ".join(shlex.quote(a) for a in COMMANDS[where]).replace("MODEL", shlex.quote(model))
     said = r.stdout.rstrip("\n"), r.stderr.rstrip("\n")
-    for name, path in program_files_named(fill):  # the temporary files by their names: the same every run
+    for name, path in files.items():  # the temporary files by their names: the same every run
         said = tuple(text.replace(path, name) for text in said)
-    lines = [f"$ python {shown}", *said[0].splitlines()]
+    lines = [f"$ python {' '.join(shlex.quote(model if a == 'MODEL' else a) for a in COMMANDS[where])}",
+             *said[0].splitlines()]
     if r.returncode:
         lines += [f"the program stopped (exit status {r.returncode}):", *said[1].splitlines()[-12:]]
     return lines
-
-
-def program_files_named(fill):
-    return [(name, path) for name, path in fill.items() if name in ("OUT", "TEXT", "LAMBADA", "PAIRS")]
 
 
 def program_files(folder, tmp):
