@@ -279,9 +279,9 @@ def test_bad_requests_are_one_line_and_leave_nothing(tmp_path, capsys, students)
     assert sorted(os.listdir(tmp_path)) == ["bad notebook", "broken", "full"]
 
 
-def test_the_notebook_is_valid_nbformat(students):
+def test_the_notebook_is_valid_nbformat(tmp_path, model):
     """nbformat's own schema, where nbformat is installed (here or in GPT2_DEV_PYTHON's python)."""
-    path = os.path.join(students["blank"][0], handout.NOTEBOOK)
+    path = os.path.join(write_class(str(tmp_path / "class"), model), handout.NOTEBOOK)
     validate = f"import nbformat; nbformat.validate(nbformat.read({path!r}, as_version=4)); print('valid')"
     for python in (sys.executable, DEV_PYTHON):
         if python:
