@@ -437,7 +437,8 @@ Each exercise below has its text, a cell for each function to write, a check and
 Run this notebook from the handout's folder (Jupyter, JupyterLab or VS Code: open `{notebook}` there;
 Colab: zip the folder, upload and unzip it, and the first cell below moves into it).
 
-- **Write** each function's body in its cell, and run the cell.
+- **Write** each function's body in its cell, and run the cell. Only the body goes into the program:
+  a helper you need, define it inside the function.
 - **`check(N)`** writes the functions of exercise N into the program's file (the notebook's cell wins over
   what the file held), runs the exercise's tests (`python -m pytest -q -k NAME`) and prints their verdict:
   `N passed`, or a `FAILED tests/FILE::TEST - message` line for each failing test.
