@@ -3,6 +3,8 @@
     python handout.py --list                  # the exercises, their functions and their tests
     python handout.py class/ 1 4 9            # a copy with exercises 1, 4 and 9 to do
     python handout.py class/                  # every exercise
+    python handout.py class/ 1 9 --notebook   # and class/exercises.ipynb: a check and a program cell each
+    python handout.py --progress class/ ...   # the teacher's view: done, failing, not started
 
 The copy holds what git tracks (a .venv and the models stay behind: the message says where).
 In the copy, each chosen function keeps its signature and docstring, and its body is
@@ -27,6 +29,7 @@ if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are o
     start("handout_cli")  # the command line (--list, or a copy with exercises to do)
 
 import ast
+import json
 import os
 import shutil
 import subprocess
@@ -35,6 +38,8 @@ from plumbing.errors import UserError
 from plumbing.folders import check_new_folder, whole_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RECORD = "handout.json"  # in a handout: which exercises it holds ({"exercises": [1, 9], ...}), for --progress
+NOTEBOOK = "exercises.ipynb"  # in a handout written with --notebook
 
 # number: (title, [(file, function, that function's own test)], [the exercise's other tests], where a
 # student sees it at work: one of WHERE's programs). docs/exercises.md names the same tests.
@@ -289,7 +294,7 @@ def tracked_files(root):
 
 
 # Not a git checkout (a zip, a handout's own copy): everything but these, and any virtual environment.
-SKIP = shutil.ignore_patterns(".git", "models", "out", "__pycache__", ".pytest_cache", "*.part")
+SKIP = shutil.ignore_patterns(".git", "models", "out", "__pycache__", ".pytest_cache", "*.part", RECORD, NOTEBOOK)
 
 
 def copy_project(root, to, leave_out):
@@ -340,10 +345,12 @@ def exercise_message(number, function):
     return f"exercise {number} ({title}): write {function}; then run python -m pytest -q -k {test}"
 
 
-def write_handout(out, numbers, root=HERE, bodies=None):
+def write_handout(out, numbers, root=HERE, bodies=None, record=None, more=None):
     """Copy the project at root to out, with the functions of the exercises `numbers` blanked,
-    and each fast twin of a blanked function made a call to it (TWINS): whole or not at all.
-    bodies: {function: body} to write instead of a blank (a test's stand-in for a student)."""
+    and each fast twin of a blanked function made a call to it (TWINS), and RECORD, which names
+    them (with `record`'s keys): whole or not at all. bodies: {function: body} to write instead of a
+    blank (a test's stand-in for a student). more(folder): writes more into the copy before it is
+    whole (the notebook)."""
     unknown = [n for n in numbers if n not in EXERCISES]
     if unknown:
         raise UserError(f"no exercise {unknown[0]}: choose from 1 to {max(EXERCISES)}")
@@ -360,6 +367,10 @@ def write_handout(out, numbers, root=HERE, bodies=None):
                 source = f.read()
             with open(path, "w", encoding="utf-8") as f:
                 f.write(replace_body(source, function, body))
+        with open(os.path.join(tmp, RECORD), "w", encoding="utf-8") as f:
+            json.dump({"exercises": list(numbers), **(record or {})}, f, indent=1)
+        if more:
+            more(tmp)
     return out
 
 

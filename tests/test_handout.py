@@ -211,7 +211,7 @@ def test_a_handout_copies_what_git_tracks(tmp_path):
     with open(os.path.join(project, "mod.py"), "a", encoding="utf-8") as f:
         f.write("y = 2\n")
     handout.write_handout(str(tmp_path / "class"), [], root=project)
-    assert files_in(tmp_path / "class") == ["handout.py", "mod.py", os.path.join("tests", "test_mod.py")]
+    assert files_in(tmp_path / "class") == [handout.RECORD, "handout.py", "mod.py", os.path.join("tests", "test_mod.py")]
     assert (tmp_path / "class" / "mod.py").read_text() == "x = 1\ny = 2\n"
     with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as f:
         assert ".venv/" in f.read().split(), "a virtual environment in the project folder is not in .gitignore"
@@ -221,7 +221,7 @@ def test_a_handout_of_a_folder_git_does_not_track_leaves_out_virtual_environment
     """Not a git checkout (a zip's folder, a handout's copy), or one inside a repository that does not track
     the project (a home folder kept in git): every file but models/, caches and virtual environments."""
     project = small_project(str(tmp_path / "home" / "project"))
-    expected = ["handout.py", "mod.py", "scratch.txt", os.path.join("tests", "test_mod.py")]
+    expected = [handout.RECORD, "handout.py", "mod.py", "scratch.txt", os.path.join("tests", "test_mod.py")]
     handout.write_handout(str(tmp_path / "class"), [], root=project)
     assert files_in(tmp_path / "class") == expected
     git(tmp_path / "home", "init", "-q")
