@@ -28,8 +28,6 @@ if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are o
 
     start("steer_cli")  # the command line (add, vector, latent): this file is the steering
 
-import math
-
 import numpy as np
 
 import gpt2_numpy as g
@@ -39,6 +37,7 @@ from sae import site_layer
 
 SPACE = 220  # " " in GPT-2's vocabulary: what ActAdd pads the shorter steering prompt with
 AGGREGATORS = ("mean", "pca")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 # ============================================================================
@@ -67,9 +66,10 @@ def check_layer(layer, hparams):
 
 
 def check_finite(value, arg):
-    """A coefficient, multiplier or alpha: a number, not inf or nan (they would make every logit nan)."""
-    if not (isinstance(value, (int, float, np.floating, np.integer)) and math.isfinite(value)):
-        raise UserError(f"must be a finite number, got {value!r}", arg=arg)
+    """A coefficient, multiplier or alpha: a number float32 holds, not inf or nan, nor 1e300 (inf once it is
+    float32): each would make every logit nan."""
+    if not (isinstance(value, (int, float, np.floating, np.integer)) and abs(value) <= FLOAT32_MAX):
+        raise UserError(f"must be a finite number in float32, got {value!r}", arg=arg)
 
 
 # ============================================================================

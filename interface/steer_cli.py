@@ -14,7 +14,6 @@ work), 130 interrupted; nothing is written unless the command ends well.
 """
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -99,11 +98,10 @@ def check_flags(args, argv):
         if "--temperature" in argv:
             fail("--greedy is --temperature 0: give one of them")
         args.temperature = 0.0
-    for dest in ("coeff", "multiplier", "alpha"):
-        value = getattr(args, dest, None)
-        if value is not None and not math.isfinite(value):
-            fail(f"{FLAGS[dest]} must be a finite number, got {value}")
     try:
+        for dest in ("coeff", "multiplier", "alpha"):
+            if getattr(args, dest, None) is not None:
+                S.check_finite(getattr(args, dest), dest)
         g.check_sampling(args.n_tokens, args.temperature, args.top_k, args.top_p, 1, args.min_p)
     except UserError as e:
         fail(message(e))
