@@ -166,11 +166,9 @@ def read_pairs(args, encoder):
             texts.append((pair["positive"], pair["negative"]))
     if not texts:
         raise UserError("has no pairs", path=args.pairs)
-    pairs = [(encoder.encode(p), encoder.encode(n)) for p, n in texts]
-    empty = next((t for (p, n), pair in zip(pairs, texts) for t, ids in zip(pair, (p, n)) if not ids), None)
-    if empty is not None:
-        raise UserError(f"a pair's text is empty ({empty!r}): each is read at one of its tokens")
-    return pairs
+    if any(text == "" for pair in texts for text in pair):  # the only text of no tokens
+        raise UserError("a pair's text is empty: each is read at one of its tokens")
+    return [(encoder.encode(p), encoder.encode(n)) for p, n in texts]
 
 
 def vector(args, encoder, hparams, params):

@@ -266,7 +266,7 @@ def test_a_pairs_file_with_a_bad_line_or_an_empty_text_is_refused(capsys, tmp_pa
     pairs = tmp_path / "pairs.jsonl"
     for lines, said in ((['{"positive": "a b"}'], 'line 1 must be {"positive": TEXT, "negative": TEXT}'),
                         (['{"positive": "a", "negative": "b"}', "nope"], "line 2 is not JSON"),
-                        (['{"positive": "", "negative": "b"}'], "a pair's text is empty ('')")):
+                        (['{"positive": "", "negative": "b"}'], "a pair's text is empty")):
         pairs.write_text("\n".join(lines) + "\n")
         r = cli(capsys, "vector", "I think", "--pairs", pairs, "--layer", "0", "--logits", tmp_path / "l.npy")
         assert r.returncode == 2 and said in r.stderr and r.stderr.count("\n") == 1, r.stderr
