@@ -106,7 +106,9 @@ def act_add(x, vector):
 
 
 def act_add_hooks(vector, layer):
-    """ActAdd as look_inside hooks: act_add at blocks.{layer}.hook_resid_pre."""
+    """ActAdd as look_inside hooks: act_add at blocks.{layer}.hook_resid_pre. A prompt of one token is never
+    steered (its first pass is one position, as a cached step is, and act_add cannot tell them apart: nor can
+    the paper's code); the command line refuses a prompt shorter than n before it starts."""
     return {f"blocks.{layer}.hook_resid_pre": lambda x, name: act_add(x, vector)}
 
 
@@ -153,9 +155,10 @@ def pca_direction(deltas):
 
 
 def train_vector(params, hparams, pairs, layers, aggregator="mean", read_token_index=-1):
-    """A steering vector for each layer from contrastive pairs, as steering-vectors' train_steering_vector.
-    pairs: [(positive ids, negative ids)], each tokenized without <|endoftext|>; the activation is block
-    L's output (hook_resid_post) at read_token_index (-1: each text's own last token).   -> {layer: [C]}"""
+    """A steering vector for each layer from contrastive pairs, as steering-vectors' train_steering_vector:
+    v_L = aggregate_i (h'_L(p_i)[r] - h'_L(n_i)[r]), h'_L block L's output (hook_resid_post), r the
+    read_token_index (-1: each text's own last token). pairs: [(positive ids, negative ids)], each tokenized
+    without <|endoftext|>.   -> {layer: [C]}"""
     if aggregator not in AGGREGATORS:
         raise UserError(f"is not an aggregator: {' or '.join(AGGREGATORS)}, got {aggregator!r}", arg="aggregator")
     if not pairs:
