@@ -197,13 +197,14 @@ def run(args):
     prompt, make_hooks, shown, title = {"add": act_add, "vector": vector, "latent": latent}[args.command](
         args, encoder, hparams, params)
 
-    def write(hooks):
+    def write(make_hooks):
         return [int(t[0]) for t in S.generate_steered(
-            prompt, params, hparams, hooks, args.n_tokens, args.temperature, args.top_k, args.top_p, args.min_p,
+            prompt, params, hparams, make_hooks, args.n_tokens, args.temperature, args.top_k, args.top_p, args.min_p,
             args.seed, encoder.eot, kv_cache=not args.no_kv_cache)]
 
     ids = write(make_hooks)
-    if args.logits:
+    plain = None if args.json else write(dict)  # unsteered: no hooks, the same seed
+    if args.logits:  # once all the generating is done: an interrupted command leaves no file
         logits = S.steered_logits(prompt + ids, params, hparams, make_hooks())
         with whole_file(args.logits, "the logits") as tmp:
             with open(tmp, "wb") as f:
@@ -211,6 +212,5 @@ def run(args):
     if args.json:
         print(json.dumps({"prompt_ids": prompt, "ids": ids, "text": encoder.decode(ids), **shown}))
         return
-    plain = write(dict)
     print(f"++ steered: {title}\n{args.prompt}{encoder.decode(ids)}\n\n-- unsteered\n{args.prompt}"
           f"{encoder.decode(plain)}")
