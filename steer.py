@@ -28,8 +28,6 @@ if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are o
 
     start("steer_cli")  # the command line (add, vector, latent): this file is the steering
 
-import math
-
 import numpy as np
 
 import gpt2_numpy as g
@@ -39,6 +37,7 @@ from sae import site_layer
 
 SPACE = 220  # " " in GPT-2's vocabulary: what ActAdd pads the shorter steering prompt with
 AGGREGATORS = ("mean", "pca")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 # ============================================================================
@@ -67,9 +66,10 @@ def check_layer(layer, hparams):
 
 
 def check_finite(value, arg):
-    """A coefficient, multiplier or alpha: a number, not inf or nan (they would make every logit nan)."""
-    if not (isinstance(value, (int, float, np.floating, np.integer)) and math.isfinite(value)):
-        raise UserError(f"must be a finite number, got {value!r}", arg=arg)
+    """A coefficient, multiplier or alpha: a number float32 holds, not inf or nan, nor 1e300 (inf once it is
+    float32): each would make every logit nan."""
+    if not (isinstance(value, (int, float, np.floating, np.integer)) and abs(value) <= FLOAT32_MAX):
+        raise UserError(f"must be a finite number in float32, got {value!r}", arg=arg)
 
 
 # ============================================================================
@@ -106,7 +106,9 @@ def act_add(x, vector):
 
 
 def act_add_hooks(vector, layer):
-    """ActAdd as look_inside hooks: act_add at blocks.{layer}.hook_resid_pre."""
+    """ActAdd as look_inside hooks: act_add at blocks.{layer}.hook_resid_pre. A prompt of one token is never
+    steered (its first pass is one position, as a cached step is, and act_add cannot tell them apart: nor can
+    the paper's code); the command line refuses a prompt shorter than n before it starts."""
     return {f"blocks.{layer}.hook_resid_pre": lambda x, name: act_add(x, vector)}
 
 
@@ -153,9 +155,10 @@ def pca_direction(deltas):
 
 
 def train_vector(params, hparams, pairs, layers, aggregator="mean", read_token_index=-1):
-    """A steering vector for each layer from contrastive pairs, as steering-vectors' train_steering_vector.
-    pairs: [(positive ids, negative ids)], each tokenized without <|endoftext|>; the activation is block
-    L's output (hook_resid_post) at read_token_index (-1: each text's own last token).   -> {layer: [C]}"""
+    """A steering vector for each layer from contrastive pairs, as steering-vectors' train_steering_vector:
+    v_L = aggregate_i (h'_L(p_i)[r] - h'_L(n_i)[r]), h'_L block L's output (hook_resid_post), r the
+    read_token_index (-1: each text's own last token). pairs: [(positive ids, negative ids)], each tokenized
+    without <|endoftext|>.   -> {layer: [C]}"""
     if aggregator not in AGGREGATORS:
         raise UserError(f"is not an aggregator: {' or '.join(AGGREGATORS)}, got {aggregator!r}", arg="aggregator")
     if not pairs:

@@ -14,7 +14,6 @@ work), 130 interrupted; nothing is written unless the command ends well.
 """
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -99,11 +98,10 @@ def check_flags(args, argv):
         if "--temperature" in argv:
             fail("--greedy is --temperature 0: give one of them")
         args.temperature = 0.0
-    for dest in ("coeff", "multiplier", "alpha"):
-        value = getattr(args, dest, None)
-        if value is not None and not math.isfinite(value):
-            fail(f"{FLAGS[dest]} must be a finite number, got {value}")
     try:
+        for dest in ("coeff", "multiplier", "alpha"):
+            if getattr(args, dest, None) is not None:
+                S.check_finite(getattr(args, dest), dest)
         g.check_sampling(args.n_tokens, args.temperature, args.top_k, args.top_p, 1, args.min_p)
     except UserError as e:
         fail(message(e))
@@ -168,11 +166,9 @@ def read_pairs(args, encoder):
             texts.append((pair["positive"], pair["negative"]))
     if not texts:
         raise UserError("has no pairs", path=args.pairs)
-    pairs = [(encoder.encode(p), encoder.encode(n)) for p, n in texts]
-    empty = next((t for (p, n), pair in zip(pairs, texts) for t, ids in zip(pair, (p, n)) if not ids), None)
-    if empty is not None:
-        raise UserError(f"a pair's text is empty ({empty!r}): each is read at one of its tokens")
-    return pairs
+    if any(text == "" for pair in texts for text in pair):  # the only text of no tokens
+        raise UserError("a pair's text is empty: each is read at one of its tokens")
+    return [(encoder.encode(p), encoder.encode(n)) for p, n in texts]
 
 
 def vector(args, encoder, hparams, params):
@@ -201,13 +197,14 @@ def run(args):
     prompt, make_hooks, shown, title = {"add": act_add, "vector": vector, "latent": latent}[args.command](
         args, encoder, hparams, params)
 
-    def write(hooks):
+    def write(make_hooks):
         return [int(t[0]) for t in S.generate_steered(
-            prompt, params, hparams, hooks, args.n_tokens, args.temperature, args.top_k, args.top_p, args.min_p,
+            prompt, params, hparams, make_hooks, args.n_tokens, args.temperature, args.top_k, args.top_p, args.min_p,
             args.seed, encoder.eot, kv_cache=not args.no_kv_cache)]
 
     ids = write(make_hooks)
-    if args.logits:
+    plain = None if args.json else write(dict)  # unsteered: no hooks, the same seed
+    if args.logits:  # once all the generating is done: an interrupted command leaves no file
         logits = S.steered_logits(prompt + ids, params, hparams, make_hooks())
         with whole_file(args.logits, "the logits") as tmp:
             with open(tmp, "wb") as f:
@@ -215,6 +212,5 @@ def run(args):
     if args.json:
         print(json.dumps({"prompt_ids": prompt, "ids": ids, "text": encoder.decode(ids), **shown}))
         return
-    plain = write(dict)
     print(f"++ steered: {title}\n{args.prompt}{encoder.decode(ids)}\n\n-- unsteered\n{args.prompt}"
           f"{encoder.decode(plain)}")

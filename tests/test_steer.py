@@ -225,8 +225,9 @@ LAT = ["latent", "The weather", "--sae", SAE_DIR]
     (ADD + ["--layer", "2", "--coeff", "1"], "--layer must be a layer of the model, 0 to 1, got 2"),
     (VEC + ["--layer", "-1"], "--layer must be a layer of the model, 0 to 1, got -1"),
     (VEC + ["--positive", "x", "--layer", "0"], "2 --positives and 1 --negative: give them in pairs"),
-    (ADD + ["--layer", "0", "--coeff", "nan"], "--coeff must be a finite number, got nan"),
-    (VEC + ["--layer", "0", "--multiplier", "inf"], "--multiplier must be a finite number, got inf"),
+    (ADD + ["--layer", "0", "--coeff", "nan"], "--coeff must be a finite number in float32, got nan"),
+    (ADD + ["--layer", "0", "--coeff", "1e39"], "--coeff must be a finite number in float32, got 1e+39"),
+    (VEC + ["--layer", "0", "--multiplier", "inf"], "--multiplier must be a finite number in float32, got inf"),
     (LAT + ["--latent", "0", "--alpha", "x"], "--alpha must be a number, got 'x'"),
     (LAT + ["--latent", "32", "--alpha", "1"], "--latent must be one of the SAE's latents, 0 to 31, got 32"),
     (["add", "", "--add", "Love and peace to all", "--sub", "Hate", "--layer", "0", "--coeff", "1"],
@@ -265,7 +266,7 @@ def test_a_pairs_file_with_a_bad_line_or_an_empty_text_is_refused(capsys, tmp_pa
     pairs = tmp_path / "pairs.jsonl"
     for lines, said in ((['{"positive": "a b"}'], 'line 1 must be {"positive": TEXT, "negative": TEXT}'),
                         (['{"positive": "a", "negative": "b"}', "nope"], "line 2 is not JSON"),
-                        (['{"positive": "", "negative": "b"}'], "a pair's text is empty ('')")):
+                        (['{"positive": "", "negative": "b"}'], "a pair's text is empty")):
         pairs.write_text("\n".join(lines) + "\n")
         r = cli(capsys, "vector", "I think", "--pairs", pairs, "--layer", "0", "--logits", tmp_path / "l.npy")
         assert r.returncode == 2 and said in r.stderr and r.stderr.count("\n") == 1, r.stderr

@@ -36,13 +36,6 @@ from transformer_lens.model_bridge import TransformerBridge  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 N_COLS = 256  # the logits are kept at the columns each position's top token is, and these many more at random
 
-
-def kept_logits(case, logits):
-    """[T, V] -> the golden's "<case>/cols" [K] and "<case>/logits" [T, K], and "<case>/logsumexp" [T] over all V."""
-    logits = logits.float()
-    cols = np.union1d(logits.argmax(-1).numpy(), np.random.default_rng(0).choice(logits.shape[-1], N_COLS, False))
-    return {f"{case}/cols": cols, f"{case}/logits": logits[:, cols].numpy(),
-            f"{case}/logsumexp": torch.logsumexp(logits, -1).numpy()}
 SPACE = 220
 N_NEW = 16
 ACT_ADD = {  # case: (prompt, add, sub, layer, coeff)
@@ -51,6 +44,14 @@ ACT_ADD = {  # case: (prompt, add, sub, layer, coeff)
     "padded": ("Yesterday my friend said that the weather", " weddings", "I talk about", 1, -4.0),
 }
 LATENT = {"latent_3": ("The weather today is", 3, 40.0), "latent_17": ("The weather today is", 17, -25.0)}
+
+
+def kept_logits(case, logits):
+    """[T, V] -> the golden's "<case>/cols" [K] and "<case>/logits" [T, K], and "<case>/logsumexp" [T] over all V."""
+    logits = logits.float()
+    cols = np.union1d(logits.argmax(-1).numpy(), np.random.default_rng(0).choice(logits.shape[-1], N_COLS, False))
+    return {f"{case}/cols": cols, f"{case}/logits": logits[:, cols].numpy(),
+            f"{case}/logsumexp": torch.logsumexp(logits, -1).numpy()}
 
 
 def front_hook(activations):

@@ -34,13 +34,6 @@ from steering_vectors import mean_aggregator, pca_aggregator, train_steering_vec
 HERE = os.path.dirname(os.path.abspath(__file__))
 N_COLS = 256  # the logits are kept at the columns each position's top token is, and these many more at random
 
-
-def kept_logits(case, logits):
-    """[T, V] -> the golden's "<case>/cols" [K] and "<case>/logits" [T, K], and "<case>/logsumexp" [T] over all V."""
-    logits = logits.float()
-    cols = np.union1d(logits.argmax(-1).numpy(), np.random.default_rng(0).choice(logits.shape[-1], N_COLS, False))
-    return {f"{case}/cols": cols, f"{case}/logits": logits[:, cols].numpy(),
-            f"{case}/logsumexp": torch.logsumexp(logits, -1).numpy()}
 N_NEW = 16
 PAIRS = [("I love this film, it is wonderful", "I hate this film, it is awful"),
          ("What a lovely morning", "What a dreadful morning"),
@@ -51,6 +44,14 @@ CASES = {  # case: (prompt, layers, aggregator, read_token_index, multiplier, mi
     "mean_from_3": ("I think that the weather", [1], "mean", -2, 8.0, 3),
     "pca_1": ("My opinion of the play is", [1], "pca", 1, -6.0, 2),
 }
+
+
+def kept_logits(case, logits):
+    """[T, V] -> the golden's "<case>/cols" [K] and "<case>/logits" [T, K], and "<case>/logsumexp" [T] over all V."""
+    logits = logits.float()
+    cols = np.union1d(logits.argmax(-1).numpy(), np.random.default_rng(0).choice(logits.shape[-1], N_COLS, False))
+    return {f"{case}/cols": cols, f"{case}/logits": logits[:, cols].numpy(),
+            f"{case}/logsumexp": torch.logsumexp(logits, -1).numpy()}
 
 
 def main():
