@@ -357,10 +357,11 @@ def label_loss(batch, params, hparams, data, recipe, rng, buffers, frozen):
 
 
 def preference_loss(picks, params, hparams, data, recipe, rng, buffers, frozen):
-    """dpo.loss_and_grads on the pairs picked, with the reference's log-probabilities of the start."""
+    """dpo.loss_and_grads on the pairs picked, with the reference's log-probabilities of the same batch."""
     ids, mask = dpo.pair_batch([data["rows"][i] for i in picks], recipe["context"], data["pad_id"])
-    _, grads, metrics = dpo.loss_and_grads(ids, mask, dpo.as_rows(data["ref"][picks]), params, hparams, data["beta"],
-                                           data["loss_type"], recipe["dropout"], rng, frozen, buffers)
+    ref_logps = dpo.batch_logps(ids, mask, data["reference"], hparams)
+    _, grads, metrics = dpo.loss_and_grads(ids, mask, ref_logps, params, hparams, data["beta"], data["loss_type"],
+                                           recipe["dropout"], rng, frozen, buffers)
     return metrics["loss"], grads, {k: v for k, v in metrics.items() if k != "loss"}
 
 
@@ -396,9 +397,11 @@ DATA_KINDS = {  # kind: its split, its micro-batch, its loss and gradients, its 
 }
 
 
-# Preference data: each pair is its prompt's, chosen and rejected completions' ids (dpo.pair_ids), and
-# the reference's log-probabilities of its two completions, computed once for the pair at the start
-# (TRL's precompute_ref_log_probs): the reference is frozen, so every step would compute the same.
+# Preference data: each pair is its prompt's, chosen and rejected completions' ids (dpo.pair_ids). A step
+# computes the reference's log-probabilities on its own batch, as it computes the policy's (TRL's default,
+# precompute_ref_log_probs=False): a sequence's float32 log π depends on the batch it sits in, so numbers
+# computed once in other batches would make step 1's rewards rounding noise and its accuracy a coin toss.
+# Validation computes the reference's once, in the batches it computes the policy's in.
 
 PREFERENCE = {"beta": 0.1, "loss_type": "sigmoid", "reference": None}  # dpo.py's settings: --beta, --dpo-loss, ...
 
@@ -417,13 +420,15 @@ def preference_pairs(encoder, pairs, val_fraction, context):
     return train_pairs, val_pairs, dropped + val_dropped
 
 
-def with_reference(data, reference, hparams, context, encoder, preference, batch_size):
-    """Preference pairs as a run holds them: data ({"kind", "rows": the pairs}) with "ref" [n, 2] (the
-    reference's log-probabilities of each pair's chosen and rejected completions), "lengths" [n, 2],
-    "beta", "loss_type", "pad_id" (<|endoftext|>, GPT-2's pad as TRL's collator takes it: a pad carries no loss)."""
-    ref = dpo.pair_logps(data["rows"], reference, hparams, context, encoder.eot, batch_size)
-    return data | {"ref": ref, "lengths": dpo.pair_lengths(data["rows"], context), "beta": preference["beta"],
-                   "loss_type": preference["loss_type"], "pad_id": encoder.eot}
+def with_reference(data, reference, hparams, context, encoder, preference, batch_size, validation=False):
+    """Preference pairs as a run holds them: data ({"kind", "rows": the pairs}) with "reference" (its params,
+    for the steps) or, for validation, "ref" [n, 2] (its log-probabilities of each pair's chosen and
+    rejected completions, in validation's batches of batch_size pairs), "lengths" [n, 2], "beta",
+    "loss_type", "pad_id" (<|endoftext|>, GPT-2's pad as TRL's collator takes it: a pad carries no loss)."""
+    held = ({"ref": dpo.pair_logps(data["rows"], reference, hparams, context, encoder.eot, batch_size)} if validation
+            else {"reference": reference})
+    return data | held | {"lengths": dpo.pair_lengths(data["rows"], context), "beta": preference["beta"],
+                          "loss_type": preference["loss_type"], "pad_id": encoder.eot}
 
 
 def reference_model(preference, start, hparams, encoder, start_folder=None):
@@ -741,7 +746,8 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
         preference = PREFERENCE | (preference or {})
         reference = reference_model(preference, params, hparams, encoder, base if resume and not lora else None)
         train_data, val_data = (with_reference(part, reference, hparams, recipe["context"], encoder, preference,
-                                               recipe["batch_size"]) for part in (train_data, val_data))
+                                               recipe["batch_size"], validation) for part, validation
+                                in ((train_data, False), (val_data, True)))
     if new and not resume:  # its weights are made once the run is known to fit
         print(parameter_table(hparams))  # even with --quiet: what is being trained
         params = init_params(hparams, recipe["seed"])
