@@ -36,7 +36,7 @@ COLUMNS = 97  # the goldens keep every 97th logit
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
     """fixture -> (the model's folder, the name the converter saw it under)."""
-    twelve = fixture.write(str(tmp_path_factory.mktemp("twelve") / "model"))
+    twelve = fixture.write(str(tmp_path_factory.mktemp("twelve") / fixture.NAME))
     return {"twelve": (twelve, fixture.NAME), "shakespeare": (SHAKESPEARE, "shakespeare")}
 
 
@@ -171,16 +171,26 @@ def test_a_gguf_converts_back_to_the_same_gguf_and_to_both_folders(files, tmp_pa
         assert bpe.get_encoder(out).encode("ROMEO: what?") == bpe.get_encoder(SHAKESPEARE).encode("ROMEO: what?")
 
 
-def test_a_hugging_face_folder_converts_to_the_same_bytes_and_the_name_is_outs(tmp_path):
-    hf = convert.convert(SHAKESPEARE, str(tmp_path / "hf"), "hf")
+def test_a_hugging_face_folder_converts_to_the_same_bytes_named_after_the_folder(tmp_path):
+    """llama.cpp's converter names the model after the folder it converts, whatever OUT is called."""
+    hf = convert.convert(SHAKESPEARE, str(tmp_path / "shakespeare"), "hf")
     for gguf_type in convert.GGUF_TYPES:
-        (tmp_path / gguf_type).mkdir()
-        out = convert.convert(hf, str(tmp_path / gguf_type / "shakespeare.gguf"), "gguf", gguf_type)
+        out = convert.convert(hf, str(tmp_path / f"any-name-{gguf_type}.gguf"), "gguf", gguf_type)
         assert sha256(out) == GOLDEN[f"shakespeare/{gguf_type}"]["sha256"]
-    other = convert.convert(hf, str(tmp_path / "gpt2-44K-bard-v1.gguf"), "gguf")
+    other = convert.convert(convert.convert(hf, str(tmp_path / "gpt2-44K-bard-v1"), "hf"), str(tmp_path / "o.gguf"),
+                            "gguf")
     metadata = gguf.open_gguf(other)[0]
     assert [metadata.get(f"general.{k}") for k in ("name", "basename", "finetune", "version", "size_label")] == [
         "Gpt2 44K Bard v1", "gpt2", "bard", "v1", "44K"]
+
+
+def test_to_gguf_out_must_end_in_gguf_and_a_file_given_as_model_is_told_of_gguf(tmp_path):
+    r = run("convert.py", SHAKESPEARE, str(tmp_path / "model.bin"), "--to", "gguf")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "give OUT a name that ends in .gguf" in r.stderr
+    assert not os.path.exists(tmp_path / "model.bin")
+    (tmp_path / "model.bin").write_bytes(b"GGUF")
+    r = run("gpt2_numpy.py", "--model", str(tmp_path / "model.bin"), "hi")
+    assert r.returncode == 2 and "is not a folder" in r.stderr and "a GGUF file (FILE.gguf)" in r.stderr
 
 
 @pytest.mark.parametrize("name", sorted(NAMES))
