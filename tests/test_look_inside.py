@@ -149,7 +149,9 @@ def test_ablating_one_head_changes_only_its_share_of_the_attention_output(models
     li.run_with_hooks(ids, params, hp, {"blocks.1.attn.hook_z": zero_head_2, "blocks.0.hook_resid_post": record,
                                         "blocks.1.hook_attn_out": record})
     np.testing.assert_array_equal(seen["blocks.0.hook_resid_post"], clean["blocks.0.hook_resid_post"])
-    z = zero_head_2(clean["blocks.1.attn.hook_z"], "").reshape(1, 5, 48)  # independently: c_proj of what is left
+    z = clean["blocks.1.attn.hook_z"].copy()  # [B, T, H, D]; independently: c_proj of what is left
+    z[:, :, 2] = 0.0
+    z = z.reshape(1, 5, 48)
     c_proj = params["blocks"][1]["attn"]["c_proj"]
     np.testing.assert_allclose(seen["blocks.1.hook_attn_out"], z @ c_proj["w"] + c_proj["b"], rtol=1e-5, atol=1e-6)
     assert np.abs(seen["blocks.1.hook_attn_out"] - clean["blocks.1.hook_attn_out"]).max() > 1e-3
