@@ -464,6 +464,15 @@ def accumulate(total, grads):
     return total
 
 
+class Diverged(UserError):
+    """A step whose loss or gradient is not finite (NaN or infinite): no update is made from it."""
+
+    def __init__(self, step, loss, norm):
+        super().__init__(f"step {step}: the {'loss is' if not np.isfinite(loss) else 'gradient is'} "
+                         f"{loss if not np.isfinite(loss) else norm}: the run diverged")
+        self.step = step
+
+
 def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
     """One step: the gradients of recipe["accum"] micro-batches of the data, clipping, AdamW. -> the step's
     metrics, {"lr", "loss", ...} (the loss and the kind's metrics, for preference pairs TRL's
@@ -472,7 +481,7 @@ def train_step(params, hparams, state, data, step, recipe, buffers=None, adapter
     batches and the dropout depend on its seed and the step only, so a resumed run is the same run.
     buffers: a dict whose big arrays are made once and reused (backward.loss_and_grads); adapters: a LoRA
     run's (inside params' layers, with_adapters), the only tensors trained (with a classifier's score);
-    None: every parameter is."""
+    None: every parameter is. A loss or gradient that is not finite raises Diverged, the weights unchanged."""
     accum, lr, kind = recipe["accum"], recipe["lr"], DATA_KINDS[data["kind"]]
     rng = np.random.default_rng([recipe["seed"], step])
     total, metrics = None, {}
@@ -485,7 +494,10 @@ def train_step(params, hparams, state, data, step, recipe, buffers=None, adapter
     if accum > 1:
         for a in shapes.flatten(total).values():
             a /= accum
-    scale = clip_scale(grad_norm(total), recipe["grad_clip"])
+    norm = grad_norm(total)
+    if not (np.isfinite(metrics["loss"]) and np.isfinite(norm)):  # before AdamW: the weights stay the last good ones
+        raise Diverged(step + 1, metrics["loss"], norm)
+    scale = clip_scale(norm, recipe["grad_clip"])
     rate = learning_rate(step, lr, recipe["warmup"], recipe["steps"], lr * recipe["min_lr_ratio"])
     adamw_step_fast(params if adapters is None else adapters, total, state, rate, beta2=recipe["beta2"],
                     weight_decay=recipe["weight_decay"], grad_scale=scale)
@@ -777,7 +789,8 @@ def train(run, out, config, quiet=False):
     """The loop, from the state's step to the recipe's steps: train_step, then the report, the sample and
     the save into `out` as the step's number calls for them; Ctrl-C saves the last step done. Each step's
     metrics, and each validation's, go to run["log"], which each save writes as train_log.jsonl.
-    run: set_up's; config: the run's flags, saved with it. -> 0, or 130 after Ctrl-C."""
+    run: set_up's; config: the run's flags, saved with it. -> 0, or 130 after Ctrl-C. A step that diverges
+    (Diverged) saves the steps done before it and is a UserError naming the step and the likely flag."""
     params, hparams, encoder, state, recipe, lora = (run[k] for k in ("params", "hparams", "encoder", "state",
                                                                        "recipe", "lora"))
     steps, first, train_data = recipe["steps"], state["step"], run["train_data"]
@@ -788,7 +801,8 @@ def train(run, out, config, quiet=False):
     try:
         for step in range(first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
             start = time.perf_counter()
-            with ctrl_c_waits():  # a save after Ctrl-C holds whole steps, so --resume is the same run
+            # a save after Ctrl-C holds whole steps, so --resume is the same run; an overflow is Diverged's to say
+            with ctrl_c_waits(), np.errstate(over="ignore", invalid="ignore"):
                 metrics = train_step(params, hparams, state, train_data, step - 1, recipe, buffers,
                                      run["trained"] if lora else None)
                 run["log"].append({"step": step, **metrics})
@@ -803,6 +817,15 @@ def train(run, out, config, quiet=False):
                 bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
             if step % recipe["save_every"] == 0 or step == steps:
                 save(out, run, config)
+    except Diverged as e:
+        bar.close()
+        good = state["step"] > first and all(np.isfinite(a).all() for a in shapes.flatten(run["trained"]).values())
+        saved = f"saved step {state['step']} in {out}" if good else "nothing new was saved"
+        if good:  # the steps done before it, unless their weights are already infinite
+            save(out, run, config)
+        likely = f"--lr {recipe['lr']:g}" + (f" or --beta {train_data['beta']:g}" if train_data["kind"] == "preference"
+                                              else "")
+        raise UserError(f"{e}; {saved}; the likely cause: {likely} too large") from None
     except KeyboardInterrupt:
         bar.close()
         if state["step"] == first:

@@ -222,7 +222,11 @@ def test_evaluate_preference_refuses_bad_input_in_one_line(tiny, tiny_model, tmp
     short = write_checkpoint(str(tmp_path / "short"), params | {"wpe": params["wpe"][:32]}, hp | {"n_ctx": 32},
                              vocab_dir=tiny_model)
     for args, message in (((), "the following arguments are required: --reference"),
-                          (("--reference", tiny_model, "--beta", "0"), "--beta must be above 0, got 0"),
+                          (("--reference", tiny_model, "--beta", "0"), "--beta must be above 0 and at most 3.4e+38 (as "
+                                                                       "train.py takes it), got 0"),
+                          (("--reference", tiny_model, "--beta", "1e308"), "--beta must be above 0 and at most 3.4e+38"),
+                          (("--reference", tiny_model, "--beta", "nan"), "--beta must be above 0 and at most 3.4e+38"),
+                          (("--reference", tiny_model, "--threads", "0"), "--threads must be at least 1, got 0"),
                           (("--reference", tiny_model, "--dpo-loss", "ipo"), "invalid choice: 'ipo'"),
                           (("--reference", short), "must have the trained model's vocabulary and context (50,257 "
                                                    "ids, 64 positions; it has 50,257 and 32)")):
