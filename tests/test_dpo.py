@@ -247,3 +247,13 @@ def test_a_pair_won_by_a_wide_margin_makes_no_subnormal_gradient(tiny, batch):
     assert 0 < loss < 1e-38
     flat = shapes.flatten(grads)
     assert all(not a.any() for a in flat.values())
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_a_model_judged_against_itself_has_every_reward_exactly_0(tiny, encoder, batch_size):
+    """evaluate.py preference scores the policy and the reference in the same batches: the same model twice
+    gives r = 0 exactly, whatever the batch (docs/evaluating.md)."""
+    hp, params = tiny
+    kept, _ = dpo.tokenized_pairs(encoder, PAIRS, CONTEXT)
+    result = dpo.judge(kept, params, {**params}, hp, CONTEXT, encoder.eot, BETA, batch_size=batch_size)
+    assert [result[k] for k in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")] == [0] * 4
