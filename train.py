@@ -846,12 +846,13 @@ def validation(params, hparams, val_data, recipe):
 
 def report(step, metrics, val):
     """`step 50: train loss 3.2104, validation loss 3.4511` (no validation part when nothing is held out),
-    and the kind's other metrics beside each loss (a classifier's accuracy)."""
-    def said(m):
-        return ", ".join([f"loss {m['loss']:.4f}"] + [f"{name} {value:.4f}" for name, value in m.items()
+    and the kind's other metrics beside each loss, the validation's by their train_log.jsonl names
+    (a classifier's `accuracy 0.75, ..., val_accuracy 0.70`)."""
+    def said(m, prefix=""):
+        return ", ".join([f"loss {m['loss']:.4f}"] + [f"{prefix}{name} {value:.4f}" for name, value in m.items()
                                                        if name not in ("loss", "lr")])
 
-    return f"step {step}: train {said(metrics)}" + (f", validation {said(val)}" if val else "")
+    return f"step {step}: train {said(metrics)}" + (f", validation {said(val, 'val_')}" if val else "")
 
 
 def sample(params, hparams, encoder, seed, start_ids=(), n_tokens=30):

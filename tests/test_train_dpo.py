@@ -184,3 +184,11 @@ def test_dpo_from_scratch_is_one_line(prefs, tmp_path):
     r = run_train("--from-scratch", "--data", prefs, "--out", str(tmp_path / "o"), "--quiet")
     one_line_error(r, "DPO tunes a model against a reference: give --model, not --from-scratch")
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_the_validation_part_of_a_report_names_its_metrics_as_train_log_does():
+    """The training metrics and the validation's side by side are told apart: val_<name>, as in train_log.jsonl."""
+    metrics = {"lr": 1e-3, "loss": 0.5, "rewards/chosen": 0.25}
+    line = train.report(3, metrics, {"loss": 0.75, "rewards/chosen": 0.125})
+    assert line == ("step 3: train loss 0.5000, rewards/chosen 0.2500, validation loss 0.7500, "
+                    "val_rewards/chosen 0.1250")
