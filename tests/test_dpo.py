@@ -257,3 +257,19 @@ def test_a_model_judged_against_itself_has_every_reward_exactly_0(tiny, encoder,
     kept, _ = dpo.tokenized_pairs(encoder, PAIRS, CONTEXT)
     result = dpo.judge(kept, params, {**params}, hp, CONTEXT, encoder.eot, BETA, batch_size=batch_size)
     assert [result[k] for k in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")] == [0] * 4
+
+
+def test_the_lessons_figure_goes_beside_its_log_unless_told(tmp_path):
+    """docs/make_dpo_lesson.py figure LOG writes LOG's folder's dpo_rewards.svg, not the tracked docs/ one."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("lesson", os.path.join(ROOT, "docs", "make_dpo_lesson.py"))
+    lesson = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lesson)
+    log = tmp_path / "train_log.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 1, "lr": 1e-3, "loss": 0.69, "rewards/accuracies": 0.0, "rewards/margins": 0.0},
+        {"step": 1, "val_loss": 0.6, "val_rewards/accuracies": 1.0, "val_rewards/margins": 0.2}]), encoding="utf-8")
+    lesson.figure(str(log))
+    assert (tmp_path / "dpo_rewards.svg").read_text(encoding="utf-8").startswith("<svg")
+    lesson.figure(str(log), str(tmp_path / "other.svg"))
+    assert (tmp_path / "other.svg").exists()
