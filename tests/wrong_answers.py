@@ -41,6 +41,9 @@ WRONG_ANSWERS = {  # function: [(body, or (old, new) in the right body), what is
                           "the mask over all the keys: wrong once keys are cached")],
     "attention_weights": [("return softmax(attention_scores(q, k).swapaxes(-1, -2)).swapaxes(-1, -2)",
                            "softmax over the queries")],
+    "attention": [("return attention_weights(q, k) @ v / math.sqrt(q.shape[-1])", "the values scaled by 1/√D too")],
+    "mha": [(('np.split(linear(x, **c_attn), 3, axis=-1)', 'np.split(linear(x, **c_attn), 3, axis=-1)[::-1]'),
+             "q and v swapped")],
     "split_heads": [("B, T, C = x.shape\nreturn x.reshape(B, n_head, T, C // n_head)", "reshaped, not transposed")],
     "merge_heads": [("B, H, T, D = x.shape\nreturn x.reshape(B, T, H * D)", "the heads not moved back beside each other")],
     "kv_append": [(('kv["n"] = n + T\n', ""), "the count never moves")],
@@ -63,6 +66,8 @@ WRONG_ANSWERS = {  # function: [(body, or (old, new) in the right body), what is
                      'matmul(resid, params["wte"].T)'), "the residual read without ln_f")],
     "previous_token_scores": [(("offset=-1", "offset=1"), "the next token's weight, not the previous one's")],
     "induction_targets": [(("last_seen[token] + 1", "last_seen[token]"), "the earlier copy, not the token after it")],
+    "induction_scores": [(("pattern[..., rows, targets[rows]]", "pattern[..., rows, targets[rows] - 1]"),
+                          "the weight on the earlier copy itself, not the token after it")],
     "zero_ablate_head": [(("z[:, :, head] = 0.0", "z[:, head] = 0.0"), "a position zeroed, not a head")],
     "loss": [(("[:, :-1], ids[:, 1:]", "[:, 1:], ids[:, 1:]"), "each position scored on its own token")],
     "layer_norm_backward": [((" - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True)", ""),
@@ -91,6 +96,10 @@ WRONG_ANSWERS = {  # function: [(body, or (old, new) in the right body), what is
                           ".mean())", "every position's difference, not the last one's")],
     "patch_hook": [("def hook(act, name):\n    return clean.copy()\n\nreturn hook", "the whole activation, not the cell")],
     "dla_component": [("return ((component / scale) * direction).sum(-1)", "not centred")],
+    "activation_grads": [("ids = checked_ids(ids, params)\n"
+                          "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"
+                          "model_backward(ids, kept, top, params, hparams, matmul(dlogits, params['wte']), p_drop=0.1, "
+                          "frozen=True, hook=hook)", "training's call copied: dropout on")],
     "penalize_repeats": [(("logits / penalty, logits * penalty", "logits * penalty, logits / penalty"),
                           "a seen token made likelier")],
     "ban_repeated_ngrams": [(("ids[:, None, ids.shape[1] - n + 1:]", "ids[:, None, ids.shape[1] - n:-1]"),
