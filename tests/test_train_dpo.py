@@ -148,7 +148,9 @@ def test_bad_preference_lines_are_one_line(tiny_model, tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (("--beta", "0"), "--beta must be above 0, got 0"), (("--beta", "-1"), "--beta must be above 0, got -1"),
+    (("--beta", "0"), "--beta must be above 0 and at most 3.4e+38"),
+    (("--beta", "-1"), "--beta must be above 0 and at most 3.4e+38 (float32's largest: each sequence's weight, "
+                       "β σ(-β δ) / P, is float32), got -1"),
     (("--beta", "nan"), "--beta must be above 0"),
     (("--dpo-loss", "hinge"), "--dpo-loss: no loss 'hinge': choose from sigmoid, sigmoid_norm")])
 def test_bad_dpo_flags_are_one_line(tiny_model, prefs, tmp_path, flags, message):
