@@ -17,7 +17,8 @@ from plumbing.errors import exit_status, fail
 def main(argv=None):
     p = argparse.ArgumentParser(prog="handout.py", description="Write a copy of the project with exercises left to do.")
     p.add_argument("out", nargs="?", help="a new (or empty) folder for the copy")
-    p.add_argument("numbers", nargs="*", type=exercise_numbers, help="the exercises: 4, or a range 1-6 (default: all)")
+    p.add_argument("numbers", nargs="*", type=exercise_numbers,
+                   help="the exercises: 4, or a range 1-6 (default: all)")
     p.add_argument("--list", action="store_true", help="list the exercises")
     p.error = fail
     args = p.parse_args(argv)

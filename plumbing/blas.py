@@ -32,7 +32,8 @@ def loaded_libraries():
              for p in sorted(glob.glob(os.path.join(folder, "*blas*")))]
     try:
         with open("/proc/self/maps", encoding="utf-8") as f:
-            paths += [line.split()[-1] for line in f if "/" in line and ("blas" in line.lower() or "mkl" in line.lower())]
+            paths += [line.split()[-1] for line in f
+                      if "/" in line and ("blas" in line.lower() or "mkl" in line.lower())]
     except OSError:
         pass
     return [p for p in dict.fromkeys(paths) if os.path.isfile(p)]
