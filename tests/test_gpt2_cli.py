@@ -266,7 +266,7 @@ def test_every_command_that_reads_a_model_names_all_four_sizes_and_the_same_flag
     (["--model", "350M", "hi"], "unknown model '350M'"),
     (["--top-p", "2", "hi"], "--top-p must be in (0, 1]"),
     (["--top-p", "0", "hi"], "--top-p must be in (0, 1]"),
-    (["--temperature", "-1", "hi"], "--temperature must be >= 0"),
+    (["--temperature", "-1", "hi"], "--temperature must be 0 (greedy) or 1e-30 to 1e30, got -1.0"),
     (["--n-tokens", "-1", "hi"], "error: --n-tokens must be at least 0, got -1"),
     (["--n-tokens", "abc", "hi"], "error: --n-tokens must be a whole number, got 'abc'"),
     (["--top-k", "0", "hi"], "error: --top-k must be at least 1, got 0"),
