@@ -470,7 +470,6 @@ class Diverged(UserError):
     def __init__(self, step, loss, norm):
         super().__init__(f"step {step}: the {'loss is' if not np.isfinite(loss) else 'gradient is'} "
                          f"{loss if not np.isfinite(loss) else norm}: the run diverged")
-        self.step = step
 
 
 def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
