@@ -117,8 +117,17 @@ def test_a_blanked_exercise_fails_its_tests_naming_the_exercise(blanked_runs, nu
         assert body == f"raise NotImplementedError({message!r})", body
 
 
-def test_restored_every_exercise_passes(tmp_path):
-    folder = handout.write_handout(str(tmp_path / "class"), [])
+def test_every_exercise_written_right_in_its_handout_passes(tmp_path):
+    """Every exercise as a student meets it: blanked in a handout (its fast twins rewritten to call it), then
+    written with the project's own body: its tests pass. (Issue 45: rolling_windows_fast handed the test the
+    student's lists, and the test called .tolist() on them.) Every exercise at once, each twin rewritten."""
+    right = {function: body_of(file, function) for n in handout.EXERCISES for file, function in handout.functions(n)}
+    folder = handout.write_handout(str(tmp_path / "class"), list(handout.EXERCISES), bodies=right)
+    for (file, twin), (plains, body) in handout.TWINS.items():
+        if not set(plains) & set(right):
+            continue
+        with open(os.path.join(folder, file), encoding="utf-8") as f:
+            assert body_of_source(f.read(), twin) == body  # the program runs the student's function
     tests = [t for n in handout.EXERCISES for t in handout.tests(n)]
     r = run_tests(folder, tests)
     assert r.returncode == 0, r.stdout[-2000:]
