@@ -70,7 +70,8 @@ EXERCISES = {
         "generate"),
     10: ("reading a checkpoint",
          [("plumbing/checkpoint.py", "read_varint", "test_read_varint"),
-          ("plumbing/checkpoint.py", "read_footer", "test_footer_has_the_magic_and_two_handles")], [], "generate"),
+          ("plumbing/checkpoint.py", "read_footer", "test_footer_has_the_magic_and_two_handles"),
+          ("plumbing/checkpoint.py", "varint", "test_varint_is_read_varints_inverse")], [], "generate"),
     11: ("CRC-32C", [("plumbing/crc32c.py", "crc32c", "test_crc32c_definition_gives_the_known_answers")], [],
          "generate"),
     12: ("the transformer block", [("gpt2_numpy.py", "transformer_block", "test_every_stage_matches_hugging_face")],
@@ -96,7 +97,8 @@ EXERCISES = {
          ["test_attention_backward_with_dropped_weights_by_finite_differences",
           "test_the_model_with_dropout_by_finite_differences"], "train"),
     18: ("the tied wte",
-         [("backward.py", "loss_and_grads", "test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits")],
+         [("backward.py", "forward_backward",
+           "test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits")],
          ["test_every_gradient_matches_torch"], "train"),
     19: ("AdamW", [("optimizer.py", "adamw_update", "test_adamw_update_is_the_equations")],
          ["test_ten_adamw_steps_give_torchs_losses"], "train"),
@@ -177,6 +179,24 @@ EXERCISES = {
          [("dpo.py", "dpo_loss", "test_each_sequences_weight_is_minus_the_losss_derivative_by_its_logp")],
          ["test_sigmoid_norm_is_raschkas_per_token_average", "test_the_loss_every_metric_and_every_gradient_are_trls"],
          "dpo"),
+    40: ("the batch of training windows",
+         [("train.py", "batch", "test_a_batch_is_windows_of_the_text_and_their_next_tokens")], [], "train"),
+    41: ("the embeddings",
+         [("gpt2_numpy.py", "embed", "test_the_embeddings_are_each_tokens_row_plus_its_positions_row")],
+         ["test_kv_cache_gives_the_logits_of_full_recomputation_at_every_step"], "generate"),
+    42: ("the learning-rate schedule",
+         [("optimizer.py", "learning_rate", "test_warmup_then_cosine_decay")], [], "train"),
+    43: ("clipping by the global norm",
+         [("optimizer.py", "grad_norm", "test_clipping_by_the_global_norm"),
+          ("optimizer.py", "clip_scale", "test_clipping_by_the_global_norm"),
+          ("optimizer.py", "clip_grad_norm", "test_clipping_by_the_global_norm")], [], "train"),
+    44: ("one training step",
+         [("train.py", "train_step", "test_one_training_step_is_forward_backward_clip_then_adamw")],
+         ["test_a_step_accumulating_two_micro_batches_in_reused_buffers"], "train"),
+    45: ("GELU's backward and the MLP's",
+         [("backward.py", "gelu_backward", "test_gelu_backward_by_finite_differences"),
+          ("backward.py", "ffn_backward", "test_ffn_and_transformer_block_backward_by_finite_differences")],
+         ["test_gelu_backward_fast_is_gelu_backward"], "train"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -230,7 +250,7 @@ TWINS = {
                                       "return train_merges(text, n_merges, on_merge)"),
     ("plumbing/crc32c.py", "crc32c_fast"): (("crc32c",),
                               "return crc32c(data.tobytes() if isinstance(data, np.ndarray) else data)"),
-    ("backward.py", "gelu_backward_fast"): (("gelu_backward",), "return gelu_backward(x, dy)"),
+    ("backward.py", "gelu_backward_fast"): (("gelu_backward", "gelu"), "return gelu_backward(x, dy)"),
     ("backward.py", "cross_entropy_fast"): (
         ("cross_entropy", "cross_entropy_backward"),
         "loss = cross_entropy(logits, targets)[0]\nlogits[...] = cross_entropy_backward(logits, targets)\nreturn loss"),
@@ -240,6 +260,14 @@ TWINS = {
         "adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)"),
     ("evaluate.py", "rolling_windows_fast"): (("rolling_windows",),
                                               "yield from rolling_windows(ids, prefix_id, context, stride)"),
+    # Not twins, but forms that would give a blanked function's answer away (tests/test_handout_leaks.py):
+    # in a handout they too run the student's function. log_softmax shows softmax's max subtraction;
+    # gelu_backward spells out gelu's tanh form, so it becomes the derivative of the student's gelu, by
+    # central differences in float64 (within float32's rounding of the exact one).
+    ("gpt2_numpy.py", "log_softmax"): (("softmax",), "return np.log(softmax(x))"),
+    ("backward.py", "gelu_backward"): (
+        ("gelu",), "x64, h = x.astype(np.float64), 1e-4\n"
+                   "return (dy * ((gelu(x64 + h) - gelu(x64 - h)) / (2 * h))).astype(np.result_type(x, dy))"),
 }
 
 
@@ -344,19 +372,27 @@ def write_handout(out, numbers, root=HERE, bodies=None):
     if unknown:
         raise UserError(f"no exercise {unknown[0]}: choose from 1 to {max(EXERCISES)}")
     check_new_folder(out)
-    blanked = {function for n in numbers for _, function in functions(n)}
-    edits = [(file, function, (bodies or {}).get(function) or f"raise NotImplementedError("
-              f"{exercise_message(n, function)!r})") for n in numbers for file, function in functions(n)]
-    edits += [(file, twin, body) for (file, twin), (plain, body) in TWINS.items() if blanked & set(plain)]
     with whole_folder(out, "the handout") as tmp:
         copy_project(root, tmp, {os.path.abspath(out), os.path.abspath(tmp)})
-        for file, function, body in edits:
+        for file, function, body in handout_edits(numbers, bodies):
             path = os.path.join(tmp, file)
             with open(path, encoding="utf-8") as f:
                 source = f.read()
             with open(path, "w", encoding="utf-8") as f:
                 f.write(replace_body(source, function, body))
     return out
+
+
+def handout_edits(numbers, bodies=None):
+    """[(file, function, its new body)]: each function of the exercises `numbers` blanked (or given
+    bodies[function]), then each fast twin of one of them made a call to it (TWINS), unless the twin
+    is itself one of the exercises' functions (it stays the student's)."""
+    chosen = [(n, file, function) for n in numbers for file, function in functions(n)]
+    blanked = {function for _, _, function in chosen}
+    edits = [(file, function, (bodies or {}).get(function) or f"raise NotImplementedError("
+              f"{exercise_message(n, function)!r})") for n, file, function in chosen]
+    return edits + [(file, twin, body) for (file, twin), (plain, body) in TWINS.items()
+                    if blanked & set(plain) and twin not in blanked]
 
 
 def programs_waiting(numbers):
