@@ -95,7 +95,7 @@ def layer_norm_backward(x, g, dy, eps=LAYER_NORM_EPS):
     xhat = layer_norm(x, 1.0, 0.0, eps)  # the forward's own x̂: layer_norm with g = 1, b = 0
     rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + eps)
     dxhat = dy * g
-    dx = rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True) - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
+    dx = rstd * (dxhat - np.mean(dxhat, axis=-1, keepdims=True) - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True))
     axes = tuple(range(dy.ndim - 1))
     return dx, (dy * xhat).sum(axis=axes), dy.sum(axis=axes)
 

@@ -403,6 +403,17 @@ WRONG = {
                         "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"
                         "model_backward(ids, kept, top, params, hparams, dlogits @ params['wte'], p_drop=0.1, "
                         "frozen=True, hook=hook)",  # training's call copied: dropout on
+    "batch": "starts = rng.integers(0, len(ids) - context, batch_size)\n"
+             "x = np.stack([ids[s:s + context] for s in starts])\nreturn x, x.copy()",  # targets not shifted
+    "embed": "return hook('wte', wte[ids]) + hook('wpe', wpe[:ids.shape[1]])",  # every step at position 0
+    "learning_rate": "return max_lr",  # no warm-up, no decay
+    "train_step": "metrics, grads = gradients(params, hparams, data, step, recipe, buffers, adapters is not None)\n"
+                  "scale = clip_scale(grad_norm(grads), recipe['grad_clip'])\n"
+                  "adamw_step_fast(params if adapters is None else adapters, grads, state, recipe['lr'], "
+                  "beta2=recipe['beta2'], weight_decay=recipe['weight_decay'], grad_scale=scale)\n"
+                  "return {'lr': recipe['lr'], **metrics}",  # the schedule forgotten
+    "gelu_backward": "t = np.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x ** 3))\n"
+                     "return dy * 0.5 * (1.0 + t)",  # the product rule's second term forgotten
 }
 
 
