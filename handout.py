@@ -183,7 +183,7 @@ EXERCISES = {
          [("train.py", "batch", "test_a_batch_is_windows_of_the_text_and_their_next_tokens")], [], "train"),
     41: ("the embeddings",
          [("gpt2_numpy.py", "embed", "test_the_embeddings_are_each_tokens_row_plus_its_positions_row")],
-         ["test_kv_cache_gives_the_logits_of_full_recomputation_at_every_step"], "generate"),
+         ["test_kv_cache_gives_the_logits_of_full_recomputation_at_every_step"], "lens"),
     42: ("the learning-rate schedule",
          [("optimizer.py", "learning_rate", "test_warmup_then_cosine_decay")], [], "train"),
     43: ("clipping by the global norm",
@@ -222,21 +222,21 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
 # tests/test_handout.py runs each program on real text (a prompt of whole tokens never merges, so it would
 # hide exercise 9), records the functions it calls, and holds this table to them.
-NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11),
-         "lens": (1, 2, 3, 9, 10, 11, 12, 13), "heads": (1, 2, 3, 9, 10, 11, 12, 14),
-         "ablate": (1, 2, 3, 9, 10, 11, 12, 15), "train": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
-         "from_scratch": (1, 2, 3, 4, 5, 6, 7, 9, 11, 12, 16, 17, 18, 19, 20, 21, 24),
-         "perplexity": (1, 2, 3, 5, 9, 10, 11, 12, 22), "lambada": (1, 2, 3, 5, 9, 10, 11, 12, 23),
-         "instruction": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
-         "lora": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 25, 26),
-         "dpo": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 19, 39),
-         "repetition": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 31), "ngrams": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 32),
-         "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33),
-         "circuits": (1, 2, 3, 9, 10, 11, 12, 27), "patch": (1, 2, 3, 9, 10, 11, 12, 27, 28),
-         "dla": (1, 2, 3, 9, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 9, 10, 11, 12, 16, 17, 27, 30),
-         "classify": (1, 2, 3, 5, 9, 10, 11, 12, 34),
-         "q8_0": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 35),
-         "sae": (1, 2, 3, 9, 10, 11, 12, 19, 36, 37, 38)}
+NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 41), "params": (7, 8, 10, 11),
+         "lens": (1, 2, 3, 9, 10, 11, 12, 13, 41), "heads": (1, 2, 3, 9, 10, 11, 12, 14, 41),
+         "ablate": (1, 2, 3, 9, 10, 11, 12, 15, 41),
+         "train": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 40, 41, 42, 43, 44, 45),
+         "from_scratch": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 24, 40, 41, 42, 43, 44, 45),
+         "perplexity": (1, 2, 3, 5, 9, 10, 11, 12, 22, 41), "lambada": (1, 2, 3, 5, 9, 10, 11, 12, 23, 41),
+         "instruction": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 41, 42, 43, 44, 45),
+         "lora": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 25, 26, 40, 41, 42, 43, 44, 45),
+         "dpo": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 39, 41, 42, 43, 44, 45),
+         "repetition": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 31, 41), "ngrams": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 32, 41),
+         "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33, 41), "circuits": (1, 2, 3, 9, 10, 11, 12, 27, 41),
+         "patch": (1, 2, 3, 9, 10, 11, 12, 27, 28, 41), "dla": (1, 2, 3, 9, 10, 11, 12, 27, 29, 41),
+         "attribution": (1, 2, 3, 9, 10, 11, 12, 16, 17, 27, 30, 41, 45),
+         "classify": (1, 2, 3, 5, 9, 10, 11, 12, 34, 41), "q8_0": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 35, 41),
+         "sae": (1, 2, 3, 9, 10, 11, 12, 19, 36, 37, 38, 41, 43)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The

@@ -43,7 +43,7 @@ def test_a_step_accumulating_two_micro_batches_in_reused_buffers(models):
     optimizer.adamw_step_fast(b, grads, sb, optimizer.learning_rate(4, 1e-3, 0, 10, 1e-4), weight_decay=0.1)
     assert loss == pytest.approx((runs[0][0] + runs[1][0]) / 2, rel=1e-6)
     fa, fb = shapes.flatten(a), shapes.flatten(b)
-    assert all(np.allclose(fa[k], fb[k], rtol=0, atol=1e-7) for k in fa)
+    assert all(np.allclose(fa[k], fb[k], rtol=0, atol=1e-6) for k in fa)  # 1e-6: AdamW's plain form too
     assert not np.array_equal(fa["wte"], shapes.flatten(params)["wte"])
 
 
