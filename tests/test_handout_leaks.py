@@ -181,21 +181,20 @@ def test_the_search_finds_what_gave_answers_away():
     """The search finds each kind of leak issue 45 found: another function with the same statement (softmax's
     max subtraction in log_softmax), the same ingredients (gelu's tanh form in gelu_backward, read_varint's
     layout in varint), and a comment holding the code."""
-    def put(file, old, new):
-        assert old in SOURCES[file], old
-        return {**SOURCES, file: SOURCES[file].replace(old, new)}
+    def found(function, file, before, added):
+        """The leaks of function's exercise with `added` written into file before `before`."""
+        assert before in SOURCES[file], before
+        return "\n".join(leaks(exercise_of(function), {**SOURCES, file: SOURCES[file].replace(before, added + before)}))
 
-    softmax = "def log_softmax(x):\n    \"\"\"Doc.\"\"\"\n    shifted = x - x.max(axis=-1, keepdims=True)\n"
-    assert any("log_softmax_again: softmax's e = x - x.max" in f for f in leaks(exercise_of("gelu"), put(
-        "gpt2_numpy.py", "def log_softmax(x):", softmax.replace("log_softmax", "log_softmax_again") + "\n\n"
-        "def log_softmax(x):")))
-    gelu = ("def gelu_backward_again(x, dy):\n    t = np.tanh(SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x * x))\n"
-            "    return dy * (1.0 + t + x * (1.0 - t * t) * (1.0 + 3.0 * GELU_CUBIC * x * x))\n\n\n")
-    assert any("uses all of gelu's 3.0, GELU_CUBIC, SQRT_2_OVER_PI, np.tanh" in f
-               for f in leaks(exercise_of("gelu"), put("backward.py", "def gelu_backward(", gelu + "def gelu_backward(")))
-    comment = "# as gelu does it: return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x ** 3)))\n"
-    assert any("a comment holds gelu's" in f for f in leaks(exercise_of("gelu"), put("gpt2_numpy.py", "def gelu_fast(", comment +
-                                                                  "def gelu_fast(")))
-    assert leaks(exercise_of("read_varint"), put("plumbing/checkpoint.py", "def varint(value):", "def varint_again(value):\n    out = []\n"
-                         "    while value >= 0x80:\n        out.append(value & 0x7F | 0x80)\n        value >>= 7\n"
-                         "    return out\n\n\ndef varint(value):"))
+    assert "log_softmax_again: softmax's e = x - x.max" in found("softmax", "gpt2_numpy.py", "def log_softmax(", (
+        "def log_softmax_again(x):\n    shifted = x - x.max(axis=-1, keepdims=True)\n    return shifted\n\n\n"))
+    assert "gelu_backward_again: uses all of gelu's 3.0, GELU_CUBIC, SQRT_2_OVER_PI, np.tanh" in found(
+        "gelu", "backward.py", "def gelu_backward(", (
+            "def gelu_backward_again(x, dy):\n    t = np.tanh(SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x * x))\n"
+            "    return dy * (1.0 + t + x * (1.0 - t * t) * (1.0 + 3.0 * GELU_CUBIC * x * x))\n\n\n"))
+    assert "a comment holds gelu's" in found("gelu", "gpt2_numpy.py", "def gelu_fast(", (
+        "# as gelu does it: return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x ** 3)))\n"))
+    assert "varint_again: uses all of read_varint's 127.0, 128.0, 7.0" in found(
+        "read_varint", "plumbing/checkpoint.py", "def varint(", (
+            "def varint_again(value):\n    out = []\n    while value >= 0x80:\n"
+            "        out.append(value & 0x7F | 0x80)\n        value >>= 7\n    return out\n\n\n"))
