@@ -302,8 +302,7 @@ def logit_direction(params, answer, wrong):
 
 def final_scale(resid, eps):
     """σ = √(var(resid) + eps): ln_f's scale, what it divides the residual stream by.   [..., C] -> [..., 1]"""
-    centred = resid - resid.mean(-1, keepdims=True)
-    return np.sqrt((centred * centred).mean(-1, keepdims=True) + eps)
+    return np.sqrt(resid.var(-1, keepdims=True) + eps)
 
 
 def dla_component(component, scale, direction):
@@ -407,8 +406,9 @@ def dla_latents(params, hparams, ids, answer, wrong, W_dec, splice):
     ids, answer, wrong = answers(ids, answer, wrong, params)
     acts = f"{site}.hook_sae_acts_post"
     cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, [acts], splice)
-    centred = W_dec - W_dec.mean(-1, keepdims=True)  # ((f_i W_dec[i] - its mean) / σ) · direction, for every i
-    return (cache[acts] * ((direction / scale) @ centred.T)).mean(0).astype(np.float32)
+    # latent i wrote f_i W_dec[i], so its share is f_i times W_dec[i]'s share (dla_component), pair by pair
+    per_row = np.stack([dla_component(W_dec, scale[b], direction[b]) for b in range(len(scale))])  # [B, d_sae]
+    return (cache[acts] * per_row).mean(0).astype(np.float32)
 
 
 # ============================================================================
