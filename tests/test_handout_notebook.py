@@ -103,8 +103,8 @@ def students(tmp_path_factory, model):
             write_files(folder, RIGHT)
             write_cells(folder, {**RIGHT, "gelu": WRONG["gelu"], "merge_once": WRONG["merge_once"]})
         if name == "right":
-            write_cells(folder, {f: RIGHT[f] for _, f in handout.functions(1)})
-            write_files(folder, {f: RIGHT[f] for _, f in handout.functions(9)})
+            write_cells(folder, {f: RIGHT[f] for _, f in handout.functions(5)})
+            write_files(folder, {f: RIGHT[f] for _, f in handout.functions(1)})
         return folder, run_cells(folder)
 
     return on_every_core(student, ["blank", "wrong", "right"])
@@ -136,8 +136,8 @@ def test_a_blank_notebook_says_not_written_yet_and_which_exercise_the_program_ne
     _, out = students["blank"]
     assert out["exercise-5 check"] == ("exercise 5 (gelu, softmax, layer_norm): not written yet: write gelu, "
                                        "softmax, layer_norm in the cells above (or in gpt2_numpy.py)\n")
-    needs = ('python gpt2_numpy.py "prompt" needs exercises 1, 9 written first: 1 (gelu, softmax, layer_norm not '
-             'yet); 9 (merge_once, merge not yet)\n')
+    needs = ('python gpt2_numpy.py "prompt" needs exercises 1, 5 written first: 1 (merge_once, merge not yet); '
+             '5 (gelu, softmax, layer_norm not yet)\n')
     assert out["exercise-5 program"] == out["exercise-1 program"] == needs
 
 
@@ -147,7 +147,7 @@ def test_a_wrong_notebook_fails_its_tests_with_their_messages_and_changes_what_t
     assert out["exercise-5 check"].splitlines() == [
         "FAILED tests/test_gpt2_numpy.py::test_gelu_is_the_tanh_approximation - AssertionError: Not equal to "
         "tolerance rtol=1e-05, atol=1e-06 gelu is twice the answer: the 0.5 of 0.5 x (1 + tanh(...)) is missing",
-        "1 failed, 2 passed"]
+        "1 failed, 3 passed"]
     assert out["exercise-1 check"].splitlines()[-1] == "2 failed, 1 passed"
     assert "FAILED tests/test_bpe.py::test_one_merge_joins_the_pair_with_the_lowest_rank - assert None ==" \
         in out["exercise-1 check"]
@@ -160,7 +160,7 @@ def test_a_wrong_notebook_fails_its_tests_with_their_messages_and_changes_what_t
 
 def test_a_right_notebook_passes_and_its_program_prints_what_the_project_prints(students, model):
     folder, out = students["right"]
-    assert out["exercise-5 check"] == out["exercise-1 check"] == "3 passed\n"  # 9: written in the files
+    assert out["exercise-5 check"] == "4 passed\n" and out["exercise-1 check"] == "3 passed\n"  # 1: in the files
     assert body_in(folder, "gpt2_numpy.py", "gelu") == RIGHT["gelu"]
     assert body_in(folder, "bpe.py", "merge") == RIGHT["merge"]
     command, *printed = out["exercise-1 program"].splitlines()
@@ -175,7 +175,7 @@ def test_a_cell_with_another_name_or_not_python_is_one_line_and_writes_nothing(t
     folder = write_class(str(tmp_path / "class"), model)
     capsys.readouterr()
     before = body_in(folder, "gpt2_numpy.py", "gelu")
-    marker = notebook.cell_marker(1, "gelu") + "gpt2_numpy.py)\n"
+    marker = notebook.cell_marker(5, "gelu") + "gpt2_numpy.py)\n"
     monkeypatch.chdir(folder)
     for cell, said in [(marker + "def gelu2(x):\n    return x\n",
                         "exercise 5: gelu's cell defines no function gelu (it defines gelu2): keep the name, the "
@@ -183,7 +183,7 @@ def test_a_cell_with_another_name_or_not_python_is_one_line_and_writes_nothing(t
                        (marker + "def gelu(x):\n    return (x\n", "exercise 5: gelu's cell is not Python: line 3: ")]:
         monkeypatch.setattr(sys.modules["__main__"], "In", ["", cell], raising=False)
         for call in (notebook.check, notebook.run_program):
-            call(1)  # it prints; it does not raise
+            call(5)  # it prints; it does not raise
             printed = capsys.readouterr().out
             assert printed.count("\n") == 1 and printed.startswith(said), printed
     assert body_in(folder, "gpt2_numpy.py", "gelu") == before
@@ -228,7 +228,7 @@ def test_progress_reads_the_files_and_the_notebook_and_leaves_the_folder_as_it_w
     """--progress: done, failing (which tests), not started; a cell saved but never checked counts, applied
     to a copy: the student's own file is not changed."""
     blank, wrong, right = (students[s][0] for s in ("blank", "wrong", "right"))
-    write_cells(blank, {f: RIGHT[f] for _, f in handout.functions(1)})  # saved, never run
+    write_cells(blank, {f: RIGHT[f] for _, f in handout.functions(5)})  # saved, never run
     before = body_in(blank, "gpt2_numpy.py", "gelu")
     r = in_process(handout_cli.main, capsys, "--progress", blank, wrong, right, "--json")
     assert r.returncode == 0, r.stderr
@@ -245,10 +245,10 @@ def test_progress_reads_the_files_and_the_notebook_and_leaves_the_folder_as_it_w
         "number", "name", "status", "failing"}
     assert body_in(blank, "gpt2_numpy.py", "gelu") == before
     table = notebook.progress_lines(reports)
-    assert table[0].split() == ["folder", "1", "5"] and table[1].split() == [blank, "done", "not", "started"]
+    assert table[0].split() == ["folder", "1", "5"] and table[1].split() == [blank, "not", "started", "done"]
     assert table[4] == f"{wrong}: 5 fails test_gelu_is_the_tanh_approximation"
-    assert notebook.progress_lines(reports[2:]) == [" 1. BPE merges: done, in the files",
-                                                    " 5. gelu, softmax, layer_norm: done, in the notebook"]
+    assert notebook.progress_lines(reports[2:]) == [" 5. gelu, softmax, layer_norm: done, in the notebook",
+                                                    " 1. BPE merges: done, in the files"]
     plain = handout.write_handout(os.path.join(os.path.dirname(blank), "plain"), [12])  # no notebook: the files alone
     assert notebook.progress(plain)["exercises"] == [
         {"number": 12, "name": "the KV cache", "status": "not started", "failing": [], "written_in": []}]
@@ -315,7 +315,7 @@ def test_the_notebook_in_a_real_jupyter_kernel(tmp_path, model):
         pytest.skip(f"{DEV_PYTHON} has no nbclient: pip install nbclient ipykernel there")
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.splitlines()[-1])
-    assert out["exercise-5 check"] == "3 passed\n"
+    assert out["exercise-5 check"] == "4 passed\n"
     assert out["exercise-1 check"].splitlines()[-1] == "2 failed, 1 passed"
     assert out["exercise-1 program"].startswith("$ python gpt2_numpy.py --model ") and \
         out["exercise-1 program"] == out["exercise-5 program"]
