@@ -149,18 +149,24 @@ def new_sae(d_in, d_sae, seed=0, apply_b_dec_to_input=True, metadata=None):
             "b_dec": np.zeros(d_in, np.float32), "cfg": cfg}
 
 
+def trained(sae):
+    """The tensors a step trains: the four, and a JumpReLU's threshold."""
+    return [k for k in PARAMS + ("threshold",) if k in sae]
+
+
 def new_adam_state(sae):
-    """Adam's two moments of each of the SAE's tensors, zero, and the step count."""
-    return {"step": 0, "m": {k: np.zeros_like(sae[k]) for k in PARAMS}, "v": {k: np.zeros_like(sae[k]) for k in PARAMS}}
+    """Adam's two moments of each of the SAE's trained tensors, zero, and the step count."""
+    return {"step": 0, "m": {k: np.zeros_like(sae[k]) for k in trained(sae)},
+            "v": {k: np.zeros_like(sae[k]) for k in trained(sae)}}
 
 
 def adam_step(sae, grads, state, lr, max_norm=1.0, beta1=0.9, beta2=0.999):
     """SAELens's trainer's update: the gradients clipped to a global norm of max_norm (torch's clip_grad_norm_),
     then torch's Adam (optimizer.adamw_update without weight decay), in place. -> the norm before clipping"""
-    norm = math.sqrt(sum(float(np.vdot(grads[k], grads[k])) for k in PARAMS))
+    norm = math.sqrt(sum(float(np.vdot(grads[k], grads[k])) for k in grads))
     scale = clip_scale(norm, max_norm)
     state["step"] += 1
-    for k in PARAMS:
+    for k in grads:
         grad = grads[k] * scale if scale != 1.0 else grads[k]
         adamw_update(sae[k], grad, state["m"][k], state["v"][k], state["step"], lr, 0.0, beta1, beta2)
     return norm
@@ -172,6 +178,289 @@ def train_step(x, sae, state, lr, l1):
     losses, grads, _ = sae_backward(x, sae, l1)
     adam_step(sae, grads, state, lr)
     return losses
+
+
+def training_memory(d_in, d_sae, batch_tokens, data_tokens=0, n_params=2):
+    """Bytes a training run needs, about: 16 a parameter (weights, gradients, Adam's two moments) of W_enc and
+    W_dec (n_params d_in d_sae numbers), six [N, d_sae] float32 arrays a step (h, f, dh and the temporaries of
+    their products and masks), four [N, d_in], and 8 bytes a number of the activations gathered from a text
+    (data_tokens of them, and their shuffled copy)."""
+    return (16 * (n_params * d_in * d_sae + d_sae + d_in) + 4 * batch_tokens * (6 * d_sae + 4 * d_in)
+            + 8 * data_tokens * d_in)
+
+
+# ============================================================================
+# 4b. TopK, BatchTopK and JumpReLU: how each trains
+# ============================================================================
+# SAELens 6.54.12's training SAEs (sae_lens/saes/{topk,batchtopk,jumprelu}_sae.py) and its trainer
+# (training/sae_trainer.py), each backward by hand. The settings are SAELens's training config fields.
+
+ARCHITECTURES = ("standard", "topk", "batchtopk", "jumprelu")
+TRAINING_DEFAULTS = {  # SAELens 6.54.12's config fields for each architecture, and their defaults
+    "standard": {"l1_coefficient": 1.0, "l1_warm_up_steps": 0},
+    "topk": {"k": 100, "aux_loss_coefficient": 1.0, "rescale_acts_by_decoder_norm": True},
+    "batchtopk": {"k": 100.0, "aux_loss_coefficient": 1.0, "rescale_acts_by_decoder_norm": True,
+                  "topk_threshold_lr": 0.01},
+    "jumprelu": {"l0_coefficient": 1.0, "l0_warm_up_steps": 0, "jumprelu_bandwidth": 0.05,
+                 "jumprelu_init_threshold": 0.01, "jumprelu_sparsity_loss_mode": "step", "jumprelu_tanh_scale": 4.0,
+                 "pre_act_loss_coefficient": None, "jumprelu_ste_to_input": False},
+}
+DEAD_FEATURE_WINDOW = 1000  # the trainer's: a latent that has not fired for more steps than this is dead
+
+
+def run_time_normalised(x, mode):
+    """SAELens's run-time normalisation of the SAE's input (process_sae_in) and how its output is undone:
+    layer_norm x' = (x - μ) / (σ + 1e-5), σ the unbiased standard deviation, out = x̂' σ + μ; constant_norm_rescale
+    x' = x √d_in / ‖x‖, out = x̂' ‖x‖ / √d_in; otherwise nothing. x [N, d_in] -> (x', scale [N, 1], shift [N, 1])"""
+    if mode == "layer_norm":
+        mu = x.mean(-1, keepdims=True)
+        centred = x - mu
+        sigma = np.sqrt((centred * centred).sum(-1, keepdims=True) / np.float32(x.shape[-1] - 1))
+        return centred / (sigma + np.float32(1e-5)), sigma, mu
+    if mode == "constant_norm_rescale":
+        coeff = np.float32(math.sqrt(x.shape[-1])) / np.sqrt((x * x).sum(-1, keepdims=True))
+        return x * coeff, 1 / coeff, np.float32(0)
+    return x, np.float32(1), np.float32(0)
+
+
+def topk_mask(h, k):
+    """[h_ti is among row t's k largest], chosen with np.argpartition (no sort).   [N, d_sae] -> bool"""
+    mask = np.zeros(h.shape, bool)
+    if k >= h.shape[-1]:
+        mask[:] = True
+    elif k > 0:
+        np.put_along_axis(mask, np.argpartition(-h, k - 1, axis=-1)[:, :k], True, -1)
+    return mask
+
+
+def batch_topk_mask(acts, k):
+    """BatchTopK's choice: the ⌊k N⌋ largest of the whole batch's ReLU'd pre-activations, wherever they are,
+    so that k latents fire a token on average.   acts [N, d_sae] -> bool"""
+    n = int(k * acts.shape[0])
+    flat = np.zeros(acts.size, bool)
+    if n >= acts.size:
+        flat[:] = True
+    elif n > 0:
+        flat[np.argpartition(-acts.ravel(), n - 1)[:n]] = True
+    return flat.reshape(acts.shape)
+
+
+def rectangle(u):
+    """The kernel of JumpReLU's pseudo-derivatives: 1 on (-1/2, 1/2), else 0."""
+    return ((u > -0.5) & (u < 0.5)).astype(np.float32)
+
+
+def training_backward(x, sae, settings, coefficient=0.0, dead=None):
+    """The training forward of any of the four architectures, its SAELens losses and every gradient, by hand.
+    x [N, d_in] (scaled already, if expected_average_only_in); settings: the architecture's config fields
+    ({"architecture", ...}, TRAINING_DEFAULTS'); coefficient: this step's l1 or l0 coefficient; dead [d_sae]
+    bool: the latents that have not fired for dead_feature_window steps (the trainer's dead_neuron_mask).
+
+      h  = (x' - b_dec) W_enc + b_enc, times n_i = ‖W_dec[i]‖ for TopK and BatchTopK with
+           rescale_acts_by_decoder_norm (the decoder is then as if its rows had norm 1)
+      f  standard ReLU(h); TopK ReLU of each row's k largest; BatchTopK the batch's ⌊k N⌋ largest of ReLU(h);
+         JumpReLU h · [h > θ]
+      x̂  = (f / n) W_dec + b_dec (f W_dec + b_dec without the rescaling), de-normalised
+      mse_loss = mean_t Σ_d (x̂ - x)²  and the architecture's own: standard's l1_loss C mean_t Σ_i f_i n_i; TopK's
+      auxiliary_reconstruction_loss (AuxK: the dead latents' top d_in/2 pre-activations rebuild the residual
+      x - x̂, scaled by min(dead / (d_in/2), 1)); JumpReLU's l0_loss (step: C mean_t Σ_i [h > θ]; tanh:
+      C mean_t Σ_i tanh(s f_i n_i)) and pre_act_loss (c mean_t Σ_i ReLU(θ_i - h_i) n_i over dead latents).
+
+    JumpReLU's step has no derivative in θ (0, or infinite at h = θ): SAELens's straight-through estimator
+    puts in its place the rectangle kernel of width ε (jumprelu_bandwidth): ∂[h > θ]/∂θ ≈ -(1/ε) rect((h - θ)/ε),
+    so ∂f/∂θ ≈ -(θ/ε) rect((h - θ)/ε); to the input h, nothing more (or its negative, with jumprelu_ste_to_input).
+    -> (losses {SAELens's names, "loss", "l0"}, grads {name: array}, f [N, d_sae])"""
+    arch, cfg = settings["architecture"], sae["cfg"]
+    N = x.shape[0]
+    dead = np.zeros(sae["b_enc"].shape, bool) if dead is None else dead
+    x_in, scale, shift = run_time_normalised(x, cfg.get("normalize_activations", "none"))
+    applied = cfg.get("apply_b_dec_to_input", True)
+    sae_in = x_in - sae["b_dec"] if applied else x_in  # [N, d_in]
+    h0 = sae_in @ sae["W_enc"] + sae["b_enc"]  # [N, d_sae]
+    n = decoder_norms(sae["W_dec"])  # [d_sae]
+    rescale = arch in ("topk", "batchtopk") and settings["rescale_acts_by_decoder_norm"]
+    h = h0 * n if rescale else h0  # SAELens's hidden_pre
+    if arch == "jumprelu":
+        theta = sae["threshold"]
+        passes = h > theta
+    elif arch == "topk":
+        passes = topk_mask(h, int(settings["k"])) & (h > 0)
+    elif arch == "batchtopk":
+        passes = batch_topk_mask(np.maximum(h, 0), settings["k"]) & (h > 0)
+    else:
+        passes = h > 0
+    f = h * passes  # [N, d_sae]
+    g = f / n if rescale else f  # what the decoder's rows are weighted by
+    x_hat = (g @ sae["W_dec"] + sae["b_dec"]) * scale + shift  # [N, d_in]
+    err = x_hat - x
+    losses = {"mse_loss": float((err * err).sum(-1).mean())}
+    d_pre = err * (np.float32(2.0 / N) * scale)  # the gradient at the decoder's output, before de-normalising
+    dW_dec = g.T @ d_pre
+    db_dec = d_pre.sum(0)
+    dg = d_pre @ sae["W_dec"].T  # [N, d_sae]
+    dn = np.zeros_like(n)  # the gradient by the decoder norms, folded into dW_dec at the end
+    if rescale:
+        dn -= (dg * g).sum(0) / n  # g = f / n
+        df = dg / n
+    else:
+        df = dg
+    dh = np.zeros_like(h)
+    if arch == "standard":
+        c = np.float32(coefficient / N)
+        losses["l1_loss"] = float(coefficient * (f @ n).mean())
+        df += c * n
+        dn += c * f.sum(0)
+    elif arch in ("topk", "batchtopk"):
+        losses["auxiliary_reconstruction_loss"] = 0.0
+        if dead.any() and settings["aux_loss_coefficient"]:  # (the loss is 0 without its coefficient)
+            aux, dW, dh_aux, dn_aux = auxk_backward(x - x_hat, h, dead, sae["W_dec"], n, rescale,
+                                                    settings["aux_loss_coefficient"])
+            losses["auxiliary_reconstruction_loss"] = aux
+            dW_dec += dW
+            dh += dh_aux
+            dn += dn_aux
+    else:
+        dh, dtheta = jumprelu_sparsity_backward(h, f, passes, theta, n, dn, df, dead, settings, coefficient, losses)
+    dh += df * passes  # through the activation: where a latent passed, its input's gradient is its own
+    losses["loss"] = sum(v for k, v in losses.items() if k.endswith("_loss"))
+    losses["l0"] = float(np.count_nonzero(f) / N)
+    if rescale:
+        dn += (dh * h0).sum(0)
+        dh *= n
+    grads = {"W_enc": sae_in.T @ dh, "b_enc": dh.sum(0), "W_dec": dW_dec + (dn / n)[:, None] * sae["W_dec"],
+             "b_dec": db_dec}
+    if applied:
+        grads["b_dec"] = grads["b_dec"] - grads["b_enc"] @ sae["W_enc"].T
+    if arch == "jumprelu":
+        grads["threshold"] = dtheta
+    return losses, grads, f
+
+
+def auxk_backward(residual, h, dead, W_dec, n, rescale, coefficient):
+    """TopK's AuxK loss (Gao et al., 2024, appendix B.1, as SAELens takes it) and its gradients: the dead latents'
+    k_aux = d_in // 2 largest pre-activations (not ReLU'd) rebuild the residual x - x̂, held constant, without b_dec.
+    -> (the loss, dW_dec [d_sae, d_in], dh [N, d_sae], dn [d_sae])"""
+    N = h.shape[0]
+    k_aux = residual.shape[-1] // 2
+    n_dead = int(dead.sum())
+    weight = coefficient * min(n_dead / k_aux, 1.0)
+    chosen = topk_mask(np.where(dead, h, -np.inf), min(k_aux, n_dead))
+    a = h * chosen
+    ga = a / n if rescale else a
+    miss = ga @ W_dec - residual  # [N, d_in]
+    loss = weight * float((miss * miss).sum(-1).mean())
+    d_r = miss * np.float32(2.0 * weight / N)
+    dga = d_r @ W_dec.T
+    dn = -(dga * ga).sum(0) / n if rescale else np.zeros_like(n)
+    return loss, ga.T @ d_r, (dga / n if rescale else dga) * chosen, dn
+
+
+def jumprelu_sparsity_backward(h, f, passes, theta, n, dn, df, dead, settings, coefficient, losses):
+    """JumpReLU's l0_loss and pre_act_loss, into losses, and the straight-through gradients: adds to df and dn in
+    place. -> (dh [N, d_sae] but the activation's own (added by the caller), dθ [d_sae])"""
+    N = h.shape[0]
+    eps = np.float32(settings["jumprelu_bandwidth"])
+    c = np.float32(coefficient / N)
+    rect = rectangle((h - theta) / eps)
+    dh = np.zeros_like(h)
+    if settings["jumprelu_sparsity_loss_mode"] == "tanh":
+        s = np.float32(settings["jumprelu_tanh_scale"])
+        t = np.tanh(s * f * n)
+        losses["l0_loss"] = float(coefficient * t.sum(-1).mean())
+        slope = c * s * (1 - t * t)
+        df += slope * n
+        dn += (slope * f).sum(0)
+        step_grad = 0
+    else:  # step: the count of latents that fire, through Step's pseudo-derivative (1/ε) rect
+        losses["l0_loss"] = float(coefficient * passes.sum(-1).mean())
+        step_grad = rect * (c / eps)
+    ste = (theta / eps) * rect * df + step_grad  # JumpReLU's and Step's, by (h - θ)
+    dtheta = -ste.sum(0)
+    if settings["jumprelu_ste_to_input"]:
+        dh += ste
+    coef = settings["pre_act_loss_coefficient"]
+    if coef is not None:
+        losses["pre_act_loss"] = 0.0
+        if dead.any():
+            below = np.maximum(theta - h, 0) * dead  # [N, d_sae]
+            losses["pre_act_loss"] = float(coef * (below @ n).mean())
+            w = (np.float32(coef / N) * n) * ((below > 0))
+            dtheta += w.sum(0)
+            dh -= w
+            dn += np.float32(coef / N) * below.sum(0)
+    return dh, dtheta
+
+
+def new_training_sae(d_in, d_sae, settings, seed=0, metadata=None):
+    """A new SAE of settings' architecture, as SAELens initialises it: new_sae's four tensors (the same for every
+    architecture), and a JumpReLU's threshold, jumprelu_init_threshold for every latent."""
+    sae = new_sae(d_in, d_sae, seed, metadata=metadata)
+    sae["cfg"]["architecture"] = settings["architecture"]
+    if settings["architecture"] == "jumprelu":
+        sae["threshold"] = np.full(d_sae, settings["jumprelu_init_threshold"], np.float32)
+    return sae
+
+
+def new_training_state(sae):
+    """The trainer's state: Adam's (new_adam_state), the steps since each latent last fired, BatchTopK's
+    running threshold (float64, as SAELens keeps it)."""
+    return {**new_adam_state(sae), "since_fired": np.zeros(sae["b_enc"].shape, np.float32), "topk_threshold": 0.0}
+
+
+def training_step(x, sae, state, lr, settings, coefficient=0.0):
+    """One step of SAELens's trainer for any architecture, in place: a JumpReLU's threshold kept at 0 or
+    more; the forward, its losses and gradients (the dead latents those that have not fired for more than
+    dead_feature_window steps); the latents' firing counts; BatchTopK's threshold, moved a topk_threshold_lr
+    of the way to the smallest positive activation; clipping and Adam.
+    -> losses (training_backward's, and BatchTopK's "topk_threshold" after the step)"""
+    arch = settings["architecture"]
+    if arch == "jumprelu":
+        np.maximum(sae["threshold"], 0, out=sae["threshold"])
+    dead = state["since_fired"] > settings.get("dead_feature_window", DEAD_FEATURE_WINDOW)
+    if arch == "standard" and sae["cfg"].get("normalize_activations", "none") in ("none", "expected_average_only_in"):
+        losses, grads, f = sae_backward(x, sae, coefficient)
+    else:
+        losses, grads, f = training_backward(x, sae, settings, coefficient, dead)
+    state["since_fired"] += 1
+    state["since_fired"][(f != 0).any(0)] = 0
+    if arch == "batchtopk":
+        positive = f[f > 0]
+        if positive.size:
+            rate = settings["topk_threshold_lr"]
+            state["topk_threshold"] = (1 - rate) * state["topk_threshold"] + rate * float(positive.min())
+        losses["topk_threshold"] = state["topk_threshold"]
+    adam_step(sae, grads, state, lr)
+    return losses
+
+
+def inference_sae(sae, settings, topk_threshold=0.0, factor=None):
+    """The trained SAE as SAELens's save_inference_model writes it (after fit's fold of the normalisation's
+    factor, fold_scaling_factor): TopK and BatchTopK's decoder norms folded into the weights (W_enc n, b_enc n,
+    W_dec / n, with rescale_acts_by_decoder_norm); BatchTopK as a JumpReLU whose threshold is the running one
+    for every latent (divided by the factor, SAELens #763). The cfg names the inference architecture, and
+    keeps the training's settings in its metadata (training_architecture_details)."""
+    arch = settings["architecture"]
+    out = {k: sae[k].copy() for k in trained(sae)}
+    cfg = {**sae["cfg"]}
+    if factor is not None:
+        out = {**out, **{k: v for k, v in fold_scaling_factor({**out, "cfg": cfg}, factor).items() if k != "cfg"}}
+        cfg["normalize_activations"] = "none"
+        topk_threshold = topk_threshold / factor if arch == "batchtopk" and settings["rescale_acts_by_decoder_norm"] \
+            else topk_threshold
+    if arch in ("topk", "batchtopk") and settings["rescale_acts_by_decoder_norm"]:
+        n = np.maximum(decoder_norms(out["W_dec"]), np.float32(1e-8))
+        out["b_enc"] = out["b_enc"] * n
+        out["W_dec"] = out["W_dec"] / n[:, None]
+        out["W_enc"] = out["W_enc"] * n
+    details = {k: v for k, v in settings.items() if k not in ("architecture", "dead_feature_window")}
+    cfg["metadata"] = {**cfg.get("metadata", {}), "training_architecture": arch,
+                       "training_architecture_details": details}
+    cfg["architecture"] = "jumprelu" if arch == "batchtopk" else arch
+    if arch == "topk":
+        cfg.update(k=int(settings["k"]), rescale_acts_by_decoder_norm=settings["rescale_acts_by_decoder_norm"])
+    if arch == "batchtopk":
+        out["threshold"] = np.full(out["b_enc"].shape, topk_threshold, np.float32)
+    return {**out, "cfg": cfg}
 
 
 # ============================================================================
@@ -189,6 +478,9 @@ def site_layer(site, n_layer):
 def check_site(site, hparams):
     """A hook point of look_inside's names whose activation is a [B, T, d] array; -> d."""
     shapes = activation_shapes(hparams, 1, 1)
+    if site.startswith("blocks.") and site.split(".")[1].isdigit() and int(site.split(".")[1]) >= hparams["n_layer"]:
+        raise UserError(f"no activation is called {site!r}: the model has {hparams['n_layer']} blocks, "
+                        f"blocks.0 to blocks.{hparams['n_layer'] - 1}")
     check_names([site], shapes)
     shape = shapes[site]
     if len(shape) != 3:

@@ -107,16 +107,19 @@ def saved_cfg(cfg):
     keys = ("d_in", "d_sae", "dtype", "device", "apply_b_dec_to_input", "normalize_activations", "reshape_activations")
     defaults = {"dtype": "float32", "device": "cpu", "apply_b_dec_to_input": True, "normalize_activations": "none",
                 "reshape_activations": "none"}
-    return {**{k: cfg.get(k, defaults.get(k)) for k in keys}, "metadata": metadata, "architecture": "standard"}
+    arch = cfg.get("architecture", "standard")
+    own = {k: cfg[k] for k in ("k", "rescale_acts_by_decoder_norm") if arch == "topk" and k in cfg}
+    return {**{k: cfg.get(k, defaults.get(k)) for k in keys}, **own, "metadata": metadata, "architecture": arch}
 
 
 def save_sae(folder, sae, extra_files=None):
     """Write the SAE's folder whole or not at all (a folder already there is replaced once the new one is whole).
-    extra_files: {file name: text} written beside (train_log.jsonl)."""
+    extra_files: {file name: text or bytes} written beside (train_log.jsonl, a run's state)."""
     with whole_folder(folder, "the SAE") as tmp:
-        write_safetensors(os.path.join(tmp, WEIGHTS), {k: np.ascontiguousarray(sae[k], np.float32) for k in TENSORS})
+        write_safetensors(os.path.join(tmp, WEIGHTS), {k: np.ascontiguousarray(sae[k], np.float32)
+                                                       for k in (*TENSORS, "threshold") if k in sae})
         with open(os.path.join(tmp, CFG), "w", encoding="utf-8") as f:
             json.dump(saved_cfg(sae["cfg"]), f)
-        for name, text in (extra_files or {}).items():
-            with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
-                f.write(text)
+        for name, content in (extra_files or {}).items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(content if isinstance(content, bytes) else content.encode("utf-8"))
