@@ -205,6 +205,10 @@ TRAINING_DEFAULTS = {  # SAELens 6.54.12's config fields for each architecture, 
                  "jumprelu_init_threshold": 0.01, "jumprelu_sparsity_loss_mode": "step", "jumprelu_tanh_scale": 4.0,
                  "pre_act_loss_coefficient": None, "jumprelu_ste_to_input": False},
 }
+TRAINING_EXTRAS = {"standard": {"lp_norm": 1.0}, "topk": {"use_sparse_activations": False},  # fields not followed
+                   "batchtopk": {"use_sparse_activations": False}, "jumprelu": {"target_l0": None}}
+INFERENCE_FIELDS = {"topk": ("architecture", "dead_feature_window", "k", "rescale_acts_by_decoder_norm")}
+INFERENCE_FIELDS = {a: INFERENCE_FIELDS.get(a, ("architecture", "dead_feature_window")) for a in ARCHITECTURES}
 DEAD_FEATURE_WINDOW = 1000  # the trainer's: a latent that has not fired for more steps than this is dead
 
 
@@ -319,9 +323,14 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
             dW_dec += dW
             dh += dh_aux
             dn += dn_aux
-    else:
+    else:  # the sparsity losses' gradients first: tanh's adds to df, which JumpReLU's backward then takes
         dh, dtheta = jumprelu_sparsity_backward(h, f, passes, theta, n, dn, df, dead, settings, coefficient, losses)
-    dh += df * passes  # through the activation: where a latent passed, its input's gradient is its own
+        d_act, d_theta = jumprelu_backward(h, theta, df, settings["jumprelu_bandwidth"],
+                                           settings["jumprelu_ste_to_input"])
+        dh += d_act
+        dtheta += d_theta
+    if arch != "jumprelu":
+        dh += df * passes  # through the activation: where a latent passed, its input's gradient is its own
     losses["loss"] = sum(v for k, v in losses.items() if k.endswith("_loss"))
     losses["l0"] = float(np.count_nonzero(f) / N)
     if rescale:
@@ -355,14 +364,25 @@ def auxk_backward(residual, h, dead, W_dec, n, rescale, coefficient):
     return loss, ga.T @ d_r, (dga / n if rescale else dga) * chosen, dn
 
 
+def jumprelu_backward(h, theta, df, bandwidth, ste_to_input=False):
+    """The backward of f = h · [h > θ] (JumpReLU, in training), by SAELens's straight-through estimator. The step
+    [h > θ] has no useful derivative in θ (0 everywhere but at h = θ), so the rectangle kernel of width ε stands
+    in for its spike: ∂f/∂θ ≈ -(θ/ε) rect((h - θ)/ε), rect(u) = 1 on (-1/2, 1/2):
+        dθ = -Σ_tokens (θ/ε) rect((h - θ)/ε) df;   dh = df [h > θ]  (+ (θ/ε) rect((h - θ)/ε) df with ste_to_input)
+    h, df [N, d_sae], θ [d_sae] -> (dh [N, d_sae], dθ [d_sae])"""
+    ste = (theta / np.float32(bandwidth)) * rectangle((h - theta) / np.float32(bandwidth)) * df
+    dh = df * (h > theta)
+    return (dh + ste if ste_to_input else dh), -ste.sum(0)
+
+
 def jumprelu_sparsity_backward(h, f, passes, theta, n, dn, df, dead, settings, coefficient, losses):
-    """JumpReLU's l0_loss and pre_act_loss, into losses, and the straight-through gradients: adds to df and dn in
-    place. -> (dh [N, d_sae] but the activation's own (added by the caller), dθ [d_sae])"""
+    """JumpReLU's l0_loss and pre_act_loss, into losses, and their gradients: tanh's adds to df and dn in place;
+    step's goes to θ through the Step function's pseudo-derivative, ∂[h > θ]/∂θ ≈ -(1/ε) rect((h - θ)/ε).
+    -> (dh [N, d_sae], dθ [d_sae]) of these losses (JumpReLU's own backward, of df, is the caller's)"""
     N = h.shape[0]
     eps = np.float32(settings["jumprelu_bandwidth"])
     c = np.float32(coefficient / N)
-    rect = rectangle((h - theta) / eps)
-    dh = np.zeros_like(h)
+    dh, dtheta = np.zeros_like(h), np.zeros_like(theta)
     if settings["jumprelu_sparsity_loss_mode"] == "tanh":
         s = np.float32(settings["jumprelu_tanh_scale"])
         t = np.tanh(s * f * n)
@@ -370,14 +390,12 @@ def jumprelu_sparsity_backward(h, f, passes, theta, n, dn, df, dead, settings, c
         slope = c * s * (1 - t * t)
         df += slope * n
         dn += (slope * f).sum(0)
-        step_grad = 0
-    else:  # step: the count of latents that fire, through Step's pseudo-derivative (1/ε) rect
+    else:  # step: the count of latents that fire
         losses["l0_loss"] = float(coefficient * passes.sum(-1).mean())
-        step_grad = rect * (c / eps)
-    ste = (theta / eps) * rect * df + step_grad  # JumpReLU's and Step's, by (h - θ)
-    dtheta = -ste.sum(0)
-    if settings["jumprelu_ste_to_input"]:
-        dh += ste
+        ste = rectangle((h - theta) / eps) * (c / eps)  # Step's pseudo-derivative by (h - θ), times the loss's C/N
+        dtheta -= ste.sum(0)
+        if settings["jumprelu_ste_to_input"]:
+            dh += ste
     coef = settings["pre_act_loss_coefficient"]
     if coef is not None:
         losses["pre_act_loss"] = 0.0
@@ -452,7 +470,8 @@ def inference_sae(sae, settings, topk_threshold=0.0, factor=None):
         out["b_enc"] = out["b_enc"] * n
         out["W_dec"] = out["W_dec"] / n[:, None]
         out["W_enc"] = out["W_enc"] * n
-    details = {k: v for k, v in settings.items() if k not in ("architecture", "dead_feature_window")}
+    details = {"decoder_init_norm": DECODER_INIT_NORM, **TRAINING_EXTRAS[arch],
+               **{k: v for k, v in settings.items() if k not in INFERENCE_FIELDS[arch]}}
     cfg["metadata"] = {**cfg.get("metadata", {}), "training_architecture": arch,
                        "training_architecture_details": details}
     cfg["architecture"] = "jumprelu" if arch == "batchtopk" else arch

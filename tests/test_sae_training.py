@@ -86,6 +86,8 @@ def test_four_steps_equal_saelens_trainer_and_its_saved_folder(name):
     assert saved["cfg"]["architecture"] == cfg["architecture"]
     assert {k: saved["cfg"].get(k) for k in ("k", "rescale_acts_by_decoder_norm") if k in cfg} == \
         {k: cfg[k] for k in ("k", "rescale_acts_by_decoder_norm") if k in cfg}
+    for k in ("training_architecture", "training_architecture_details"):
+        assert saved["cfg"]["metadata"][k] == cfg["metadata"][k]
 
 
 def as64(sae):
