@@ -106,7 +106,7 @@ TRAIN = ["--l1", "1", "--tokens", "64", "--batch-tokens", "64"]
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "metadata": {
         "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "no architecture"),
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "jumprelu", "metadata": {
-        "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "'jumprelu'"),
+        "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "threshold must be"),
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "standard"}, False),
                    "--text", "hi"], "no sae_weights.safetensors"),
     (lambda d, t: ["train", "--site", HOOK, "--data", d, "--d-sae", "0", *TRAIN], "--d-sae must be at least 1"),
