@@ -39,28 +39,129 @@ from plumbing.errors import UserError
 
 PARAMS = ("W_enc", "b_enc", "W_dec", "b_dec")  # SAELens's tensor names, in sae_weights.safetensors
 DECODER_INIT_NORM = 0.1  # SAELens's decoder_init_norm: each decoder row starts this long (Anthropic, 2024)
+ARCHITECTURES = ("standard", "topk", "jumprelu", "transcoder", "skip_transcoder", "jumprelu_transcoder",
+                 "jumprelu_skip_transcoder")  # SAELens's inference SAEs read here (a BatchTopK is saved as jumprelu)
+NORMALIZATIONS = ("none", "expected_average_only_in", "covariance_whitening", "constant_norm_rescale", "layer_norm")
+LAYER_NORM_EPS = 1e-5  # SAELens's run_time_activation_ln_in: σ + 1e-5, σ the unbiased standard deviation
 
 
 # ============================================================================
-# 1. The SAE
+# 1. The SAE, and its architectures
 # ============================================================================
+# Every architecture encodes h = (x' - b_dec) W_enc + b_enc and decodes x̂ = f W_dec + b_dec; they differ in
+# how f, the latents that fire, is taken from h (activation):
+#   standard, transcoder        f = ReLU(h)
+#   topk                        f = ReLU of each token's k largest h·n (n_i = ‖W_dec[i]‖ with
+#                               rescale_acts_by_decoder_norm), decoded as (f / n) W_dec
+#   jumprelu (and a BatchTopK)  f = ReLU(h) · [h > θ_i], a threshold a latent
+# x' is x normalised at run time (normalize_activations: layer_norm, constant_norm_rescale) and x̂ de-normalised.
+# A transcoder reads one hook point and writes another (d_out wide): b_dec is never taken from its input, and a
+# skip transcoder adds W_skip x. The sae dict's arrays: W_enc [d_in, d_sae], b_enc [d_sae], W_dec [d_sae, d_out],
+# b_dec [d_out], and threshold [d_sae] (jumprelu*), W_skip [d_out, d_in] (*skip_transcoder); d_out = d_in but for
+# a transcoder.
+
+def is_transcoder(sae):
+    """A transcoder reads one activation and writes another (its cfg's metadata.hook_name_out)."""
+    return sae["cfg"].get("architecture", "standard").endswith("transcoder")
+
+
+def normalize(x, sae):
+    """SAELens's run-time normalisation of the SAE's input (run_time_activation_norm_fn_in).
+    layer_norm (OpenAI's):        x' = (x - μ) / (σ + 1e-5), σ the unbiased standard deviation over d_in
+    constant_norm_rescale:        x' = x · √d_in / ‖x‖
+    none, expected_average_only_in, covariance_whitening: x (their factors are folded into the weights at save)
+    x [N, d_in] -> (x' [N, d_in], (scale, shift) [N, 1] each: what denormalize undoes, or None)"""
+    how = sae["cfg"].get("normalize_activations", "none")
+    if how == "layer_norm":
+        mu = x.mean(-1, keepdims=True)
+        x = x - mu
+        sigma = x.std(-1, ddof=1, keepdims=True)  # torch's std: unbiased
+        return x / (sigma + np.float32(LAYER_NORM_EPS)), (sigma, mu)
+    if how == "constant_norm_rescale":
+        coefficient = np.float32(math.sqrt(x.shape[-1])) / np.sqrt((x * x).sum(-1, keepdims=True))
+        return x * coefficient, (1 / coefficient, None)
+    return x, None
+
+
+def denormalize(y, stats):
+    """The SAE's output back in the input's units (run_time_activation_norm_fn_out): y · scale + shift.
+    layer_norm: y σ + μ (σ, not σ + 1e-5: SAELens's); constant_norm_rescale: y ‖x‖ / √d_in."""
+    if stats is None:
+        return y
+    scale, shift = stats
+    return y * scale if shift is None else y * scale + shift
+
 
 def encode_pre(x, sae):
-    """The latents before the ReLU (SAELens's hook_sae_acts_pre):
-    h = (x - b_dec) W_enc + b_enc, or x W_enc + b_enc without apply_b_dec_to_input.   [N, d_in] -> [N, d_sae]"""
-    if sae["cfg"].get("apply_b_dec_to_input", True):
+    """The latents before they fire (SAELens's hook_sae_acts_pre): h = (x' - b_dec) W_enc + b_enc, x' the
+    normalised input; without apply_b_dec_to_input (and always for a transcoder), x' W_enc + b_enc.
+    [N, d_in] -> [N, d_sae]"""
+    x, _ = normalize(x, sae)
+    if sae["cfg"].get("apply_b_dec_to_input", True) and not is_transcoder(sae):
         x = x - sae["b_dec"]  # the decoder's bias is the dictionary's origin: encode from there
     return x @ sae["W_enc"] + sae["b_enc"]
 
 
+def rescaled(sae):
+    """A TopK SAE's rescale_acts_by_decoder_norm: it ranks h·‖W_dec[i]‖ and decodes f/‖W_dec[i]‖."""
+    cfg = sae["cfg"]
+    return cfg.get("architecture", "standard") == "topk" and cfg.get("rescale_acts_by_decoder_norm", False)
+
+
+def topk_relu(h, k):
+    """f = ReLU of each row's k largest values, 0 elsewhere (SAELens's TopK). np.argpartition finds them in
+    linear time: no sort.   h [N, d_sae] -> [N, d_sae]"""
+    top = np.argpartition(h, -k, axis=-1)[..., -k:]  # [N, k], in no order
+    f = np.zeros_like(h)
+    np.put_along_axis(f, top, np.maximum(np.take_along_axis(h, top, -1), 0.0), -1)
+    return f
+
+
+def jumprelu(h, threshold):
+    """f = ReLU(h) · [h > θ]: a latent fires only above its own threshold, and then with its whole value.
+    h [N, d_sae], threshold [d_sae] -> [N, d_sae]"""
+    return np.where(h > threshold, np.maximum(h, 0.0), h.dtype.type(0))
+
+
+def activation(h, sae):
+    """Which latents fire, and how much: f from h by the SAE's architecture (the table above).
+    h [N, d_sae] -> f [N, d_sae] (SAELens's hook_sae_acts_post)"""
+    architecture = sae["cfg"].get("architecture", "standard")
+    if architecture == "topk":
+        return topk_relu(h * decoder_norms(sae["W_dec"]) if rescaled(sae) else h, sae["cfg"]["k"])
+    if architecture.startswith("jumprelu"):
+        return jumprelu(h, sae["threshold"])
+    return np.maximum(h, 0.0)
+
+
 def encode(x, sae):
-    """f = ReLU((x - b_dec) W_enc + b_enc): how much of each direction x holds, most of them 0.   [N, d_in] -> [N, d_sae]"""
-    return np.maximum(encode_pre(x, sae), 0.0)
+    """f: how much of each direction x holds, most of them 0 (f = ReLU((x - b_dec) W_enc + b_enc) for the standard
+    SAE; the others decide which fire otherwise: activation).   [N, d_in] -> [N, d_sae]"""
+    return activation(encode_pre(x, sae), sae)
 
 
-def decode(f, sae):
-    """x̂ = f W_dec + b_dec: the activation rebuilt from the latents.   [N, d_sae] -> [N, d_in]"""
-    return f @ sae["W_dec"] + sae["b_dec"]
+def decode(f, sae, x=None):
+    """x̂ = f W_dec + b_dec: the activation rebuilt from the latents (a TopK SAE's rescaled: (f / n) W_dec + b_dec).
+    x: the input, for a run-time normalisation to be undone (denormalize; without it, x̂ is in the normalised
+    units, SAELens's hook_sae_recons). A transcoder's output is never de-normalised (SAELens's).
+    [N, d_sae] -> [N, d_out]"""
+    if rescaled(sae):
+        f = f * (1 / decoder_norms(sae["W_dec"]))
+    x_hat = f @ sae["W_dec"] + sae["b_dec"]
+    if x is None or is_transcoder(sae):
+        return x_hat
+    return denormalize(x_hat, normalize(x, sae)[1])
+
+
+def forward(x, sae):
+    """The SAE's whole output for its input: decode(encode(x)) de-normalised, plus W_skip x for a skip
+    transcoder. -> (out [N, d_out], f [N, d_sae], h [N, d_sae])"""
+    h = encode_pre(x, sae)
+    f = activation(h, sae)
+    out = decode(f, sae, x)
+    if "W_skip" in sae:
+        out = out + x @ sae["W_skip"].T
+    return out, f, h
 
 
 # ============================================================================
@@ -195,7 +296,7 @@ def training_memory(d_in, d_sae, batch_tokens, data_tokens=0, n_params=2):
 # SAELens 6.54.12's training SAEs (sae_lens/saes/{topk,batchtopk,jumprelu}_sae.py) and its trainer
 # (training/sae_trainer.py), each backward by hand. The settings are SAELens's training config fields.
 
-ARCHITECTURES = ("standard", "topk", "batchtopk", "jumprelu")
+TRAINED_ARCHITECTURES = ("standard", "topk", "batchtopk", "jumprelu")
 TRAINING_DEFAULTS = {  # SAELens 6.54.12's config fields for each architecture, and their defaults
     "standard": {"l1_coefficient": 1.0, "l1_warm_up_steps": 0},
     "topk": {"k": 100, "aux_loss_coefficient": 1.0, "rescale_acts_by_decoder_norm": True},
@@ -208,23 +309,8 @@ TRAINING_DEFAULTS = {  # SAELens 6.54.12's config fields for each architecture, 
 TRAINING_EXTRAS = {"standard": {"lp_norm": 1.0}, "topk": {"use_sparse_activations": False},  # fields not followed
                    "batchtopk": {"use_sparse_activations": False}, "jumprelu": {"target_l0": None}}
 INFERENCE_FIELDS = {"topk": ("architecture", "dead_feature_window", "k", "rescale_acts_by_decoder_norm")}
-INFERENCE_FIELDS = {a: INFERENCE_FIELDS.get(a, ("architecture", "dead_feature_window")) for a in ARCHITECTURES}
+INFERENCE_FIELDS = {a: INFERENCE_FIELDS.get(a, ("architecture", "dead_feature_window")) for a in TRAINED_ARCHITECTURES}
 DEAD_FEATURE_WINDOW = 1000  # the trainer's: a latent that has not fired for more steps than this is dead
-
-
-def run_time_normalised(x, mode):
-    """SAELens's run-time normalisation of the SAE's input (process_sae_in) and how its output is undone:
-    layer_norm x' = (x - μ) / (σ + 1e-5), σ the unbiased standard deviation, out = x̂' σ + μ; constant_norm_rescale
-    x' = x √d_in / ‖x‖, out = x̂' ‖x‖ / √d_in; otherwise nothing. x [N, d_in] -> (x', scale [N, 1], shift [N, 1])"""
-    if mode == "layer_norm":
-        mu = x.mean(-1, keepdims=True)
-        centred = x - mu
-        sigma = np.sqrt((centred * centred).sum(-1, keepdims=True) / np.float32(x.shape[-1] - 1))
-        return centred / (sigma + np.float32(1e-5)), sigma, mu
-    if mode == "constant_norm_rescale":
-        coeff = np.float32(math.sqrt(x.shape[-1])) / np.sqrt((x * x).sum(-1, keepdims=True))
-        return x * coeff, 1 / coeff, np.float32(0)
-    return x, np.float32(1), np.float32(0)
 
 
 def topk_mask(h, k):
@@ -277,7 +363,8 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
     arch, cfg = settings["architecture"], sae["cfg"]
     N = x.shape[0]
     dead = np.zeros(sae["b_enc"].shape, bool) if dead is None else dead
-    x_in, scale, shift = run_time_normalised(x, cfg.get("normalize_activations", "none"))
+    x_in, stats = normalize(x, sae)
+    scale = stats[0] if stats else np.float32(1)  # denormalize multiplies the output by it
     applied = cfg.get("apply_b_dec_to_input", True)
     sae_in = x_in - sae["b_dec"] if applied else x_in  # [N, d_in]
     h0 = sae_in @ sae["W_enc"] + sae["b_enc"]  # [N, d_sae]
@@ -295,7 +382,7 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
         passes = h > 0
     f = h * passes  # [N, d_sae]
     g = f / n if rescale else f  # what the decoder's rows are weighted by
-    x_hat = (g @ sae["W_dec"] + sae["b_dec"]) * scale + shift  # [N, d_in]
+    x_hat = denormalize(g @ sae["W_dec"] + sae["b_dec"], stats)  # [N, d_in]
     err = x_hat - x
     losses = {"mse_loss": float((err * err).sum(-1).mean())}
     d_pre = err * (np.float32(2.0 / N) * scale)  # the gradient at the decoder's output, before de-normalising

@@ -32,6 +32,7 @@ from plumbing.errors import (Terminated, UserError, ctrl_c_waits, exit_status, f
 from plumbing.folders import check_new_folder, write_page
 from plumbing.memory import available_memory, check_fits
 from plumbing.progress import progress
+from plumbing.safetensors_reader import load_file
 
 NORMALIZE = ("none", "expected_average_only_in", "constant_norm_rescale", "layer_norm")
 
@@ -80,7 +81,7 @@ def train_parser(commands):
     t.add_argument("--tokens", type=int, help="tokens to train on: tokens // batch-tokens steps")
     t.add_argument("--out", required=True, metavar="SAE_DIR", help="the SAE's folder, SAELens's format")
     t.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its flags")
-    t.add_argument("--architecture", choices=S.ARCHITECTURES, help="which latents fire (default standard; with "
+    t.add_argument("--architecture", choices=S.TRAINED_ARCHITECTURES, help="which latents fire (default standard; with "
                                                                      "--init: its)")
     t.add_argument("--lr", type=number, default=3e-4, help="Adam's learning rate (default 3e-4)")
     t.add_argument("--batch-tokens", type=at_least(1), default=4096, help="tokens a step (default 4096)")
@@ -296,12 +297,46 @@ def settings_of(args, arch):
     return settings
 
 
+def trainer_checkpoint(folder):
+    """A SAELens BatchTopK trainer's checkpoint (its training SAE's save_model): cfg.json says "batchtopk", and
+    sae_weights.safetensors holds the weights unfolded and the running topk_threshold. -> (sae, topk_threshold)"""
+    cfg = read_json(os.path.join(folder, sae_files.CFG))
+    path = os.path.join(folder, sae_files.WEIGHTS)
+    if not os.path.isfile(path):
+        raise UserError(f"is not a whole SAE folder: it has {sae_files.CFG} but no {sae_files.WEIGHTS}", path=folder)
+    tensors, _ = load_file(path)
+    sae = {"cfg": {**{k: cfg.get(k) for k in ("d_in", "d_sae", "apply_b_dec_to_input", "normalize_activations",
+                                               "k", "rescale_acts_by_decoder_norm")},
+                   "metadata": dict(cfg.get("metadata") or {}), "architecture": "batchtopk"}}
+    for name, dims in ((k, sae_files.TENSORS[k]) for k in S.PARAMS):
+        want = tuple(cfg.get("d_in" if d == "d_out" else d) for d in dims)
+        if name not in tensors or tuple(tensors[name].shape) != want:
+            raise UserError(f"{name} must be {list(want)}", path=path)
+        sae[name] = np.array(tensors[name], dtype=np.float32)
+    if "topk_threshold" not in tensors or tensors["topk_threshold"].size != 1:
+        raise UserError("is a batchtopk trainer's checkpoint without its topk_threshold", path=path)
+    return sae, float(np.asarray(tensors["topk_threshold"], np.float64))
+
+
+def initial_sae(args):
+    """--init's SAE: a folder of any architecture, or a SAELens BatchTopK trainer's checkpoint.
+    -> (sae, BatchTopK's running threshold to start from)"""
+    cfg_path = os.path.join(args.init, sae_files.CFG)
+    if os.path.isfile(cfg_path) and (read_json(cfg_path) or {}).get("architecture") == "batchtopk":
+        return trainer_checkpoint(args.init)
+    return loading.load_sae(args.init, args.models_dir, args.quiet), 0.0
+
+
 def starting_sae(args, hparams):
-    """The SAE a run starts from: --init's, or a new one of --architecture. -> (sae, settings)"""
+    """The SAE a run starts from: --init's, or a new one of --architecture. -> (sae, settings, BatchTopK's
+    running threshold)"""
+    topk_threshold = 0.0
     if args.init:
-        sae = loading.load_sae(args.init, args.models_dir, args.quiet)
+        sae, topk_threshold = initial_sae(args)
         site = S.check_fits(sae, hparams)
         arch = sae["cfg"].get("architecture", "standard")
+        if arch not in S.TRAINED_ARCHITECTURES:
+            raise UserError(f"is a {arch} SAE: sae.py trains {', '.join(S.TRAINED_ARCHITECTURES)}", path=args.init)
         if args.architecture and args.architecture != arch:
             raise UserError(f"--init's SAE is a {arch} one: leave out --architecture {args.architecture}")
         if args.site and args.site != site:
@@ -311,6 +346,11 @@ def starting_sae(args, hparams):
         if arch == "jumprelu" and "threshold" not in sae:
             raise UserError("is a jumprelu SAE without its threshold", path=args.init)
         check_architecture_flags(args, arch)
+        for name in ("k", "rescale_acts_by_decoder_norm"):  # a TopK's own, unless given
+            if sae["cfg"].get(name) is not None and arch in ARCH_FLAGS[name] and name not in args.given:
+                setattr(args, name, sae["cfg"][name])
+        if "normalize_activations" not in args.given:
+            args.normalize_activations = sae["cfg"].get("normalize_activations", "none")
         settings = settings_of(args, arch)
     else:
         d_in = S.check_site(args.site, hparams)
@@ -327,7 +367,7 @@ def starting_sae(args, hparams):
         raise UserError(f"SAELens's AuxK loss cannot be taken with --normalize-activations "
                         f"{args.normalize_activations} (its residual would be in the other space): give "
                         "--aux-loss-coefficient 0")
-    return sae, settings
+    return sae, settings, topk_threshold
 
 
 RUN_TIME = ("layer_norm", "constant_norm_rescale")
@@ -344,7 +384,7 @@ def train(args):
     encoder, hparams, params, hooks = model(args)
     if args.resume and args.resumed_note:
         print(args.resumed_note, file=sys.stderr)
-    sae, settings = starting_sae(args, hparams)
+    sae, settings, topk_threshold = starting_sae(args, hparams)
     site, d_in, d_sae = S.hook_name(sae), sae["cfg"]["d_in"], sae["cfg"]["d_sae"]
     check_memory(args, d_in, d_sae)
     steps = args.tokens // args.batch_tokens
@@ -353,6 +393,7 @@ def train(args):
     if len(x) < 1:
         raise UserError("gives no activations to train on", path=args.data or args.activations)
     state, log = S.new_training_state(sae), []
+    state["topk_threshold"] = topk_threshold
     factor = S.scaling_factor(np.asarray(x)) if args.normalize_activations == "expected_average_only_in" else None
     if args.resume:
         factor, log = resumed_state(args.out, sae, state)

@@ -107,7 +107,7 @@ TRAIN = ["--l1", "1", "--tokens", "64", "--batch-tokens", "64"]
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "metadata": {
         "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "no architecture"),
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "jumprelu", "metadata": {
-        "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "'jumprelu'"),
+        "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "threshold must be"),
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "standard"}, False),
                    "--text", "hi"], "no sae_weights.safetensors"),
     (lambda d, t: ["train", "--site", HOOK, "--data", d, "--d-sae", "0", *TRAIN], "--d-sae must be at least 1"),
@@ -365,9 +365,11 @@ print(sae.cfg.metadata.hook_name, sae.cfg.d_sae, float(sae.W_dec.sum()))
 @pytest.mark.skipif(not SAE_PYTHON, reason="needs sae-lens 6.54.12: set GPT2_SAE_PYTHON to a python that has it "
                                            "(GPT2_SAE_PYTHON=/work/saevenv/bin/python python -m pytest -q "
                                            "tests/test_sae_cli.py -k saelens_loads)")
-def test_saelens_loads_what_sae_py_trains(data, tmp_path):
+@pytest.mark.parametrize("flags", [["--l1", "1"], ["--architecture", "topk", "--k", "3"],
+                                   ["--architecture", "batchtopk", "--k", "2"], ["--architecture", "jumprelu"]])
+def test_saelens_loads_what_sae_py_trains(data, tmp_path, flags):
     out = tmp_path / "sae"
-    r = run("train", "--site", HOOK, "--data", str(data / "text.txt"), "--d-sae", "16", "--l1", "1", "--tokens", "128",
+    r = run("train", "--site", HOOK, "--data", str(data / "text.txt"), "--d-sae", "16", *flags, "--tokens", "128",
             "--batch-tokens", "64", "--context", "16", "--out", str(out), "--quiet")
     assert r.returncode == 0, r.stderr
     r = subprocess.run([SAE_PYTHON, "-c", LOAD_WITH_SAELENS, str(out)], capture_output=True, text=True, timeout=300)

@@ -145,3 +145,41 @@ def test_auxk_backward_matches_finite_differences_with_its_residual_held(rescale
     np.testing.assert_allclose(dh, numerical_grad(lambda: aux()[0], h), rtol=1e-5, atol=1e-8)
     np.testing.assert_allclose(dW + (dn / n)[:, None] * W_dec, numerical_grad(lambda: aux()[0], W_dec), rtol=1e-5,
                                atol=1e-8)
+
+
+CLI_FLAGS = {  # the goldens' settings as sae.py train's flags (k, and the normalisation, from the folder)
+    "topk": ["--aux-loss-coefficient", "0.5"],
+    "batchtopk": ["--topk-threshold-lr", "0.1"],
+    "jumprelu": ["--jumprelu-bandwidth", "0.5", "--l0-coefficient", "0.7", "--pre-act-loss-coefficient", "0.3"],
+    "jumprelu_tanh_ste_ln": ["--jumprelu-bandwidth", "0.5", "--l0-coefficient", "0.7", "--jumprelu-sparsity-loss-mode",
+                             "tanh", "--jumprelu-ste-to-input", "true"],
+}
+
+
+@pytest.mark.parametrize("name", list(CLI_FLAGS))
+def test_sae_py_train_from_a_saelens_trainer_folder_equals_its_trainer(name, tmp_path, capsys):
+    """python sae.py train --init DIR (SAELens's training SAE as save_model wrote it: for BatchTopK, a trainer's
+    checkpoint, "batchtopk" with its topk_threshold) --activations FILE.npy: the four steps of SAETrainer, and the
+    folder its save_inference_model writes."""
+    from conftest import in_process
+
+    from interface import sae_cli
+    from plumbing import sae_files
+
+    np.save(tmp_path / "acts.npy", GOLDEN[f"{name}/batches"].reshape(-1, 8))
+    out = tmp_path / "out"
+    r = in_process(sae_cli.main, capsys, "train", "--init", os.path.join(DATA, "sae_training_golden", name),
+                   "--activations", tmp_path / "acts.npy", "--batch-tokens", "64", "--tokens", "256", "--lr", "1e-2",
+                   "--dead-feature-window", "1", *CLI_FLAGS[name], "--out", out, "--quiet",
+                   "--model", os.path.join(DATA, "hf", "tiny"))
+    assert r.returncode == 0, r.stderr
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    for i, entry in enumerate(log):
+        for k in (k for k in GOLDEN.files if k.startswith(f"{name}/steps/{i}/")):
+            close(entry["loss" if k.endswith("total") else k.split("/")[-1]], float(GOLDEN[k]))
+    saved = sae_files.load_sae(str(out))
+    for k in sae_files.tensor_names(saved["cfg"]["architecture"]):
+        close(saved[k], GOLDEN[f"{name}/inference/{k}"])
+    cfg = json.loads(str(GOLDEN[f"{name}/inference/cfg"]))
+    assert saved["cfg"]["architecture"] == cfg["architecture"]
+    assert saved["cfg"]["normalize_activations"] == cfg["normalize_activations"]
