@@ -300,6 +300,19 @@ for step in range(3):
     losses = sae.train_step(x, s, state, 1e-2, sae.l1_coefficient(step, 1.0, 2))
 print({k: round(v, 5) for k, v in losses.items()}, round(float(sae.encode(x, s).sum()), 4))
 """
+SAE_JUMPRELU = """import sae
+from interface import loading
+encoder, hp, params = loading.load_model("model")
+with open("notes.txt", encoding="utf-8") as f:
+    rows = sae.windows(encoder.encode(f.read()), 16, encoder.eot)[:8]
+x = sae.gather(rows, params, hp, "blocks.0.hook_resid_post").reshape(-1, hp["n_embd"])
+settings = {**sae.TRAINING_DEFAULTS["jumprelu"], "architecture": "jumprelu", "jumprelu_bandwidth": 1.0}
+s = sae.new_training_sae(x.shape[1], 32, settings, metadata={"hook_name": "blocks.0.hook_resid_post"})
+state = sae.new_training_state(s)
+for step in range(3):
+    losses = sae.training_step(x, s, state, 1e-2, settings, 0.1)
+print({k: round(v, 5) for k, v in losses.items()}, [round(float(t), 5) for t in s["threshold"][:6]])
+"""
 IOI = ["--clean", "When Mary and John went to the apothecary, John gave a drink to",
        "--corrupted", "When Mary and John went to the apothecary, Mary gave a drink to", "--answer", " Mary",
        "--wrong", " John"]
@@ -347,6 +360,7 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "classify": ["evaluate.py", "classify", "labelled.jsonl", "--model", "classifier", "--json", "--quiet"],
     "q8_0": ["-c", Q8_0],
     "sae": ["-c", SAE],
+    "sae_jumprelu": ["-c", SAE_JUMPRELU],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -535,6 +549,8 @@ def body_of_source(source, function):
     return "\n".join(line[body[0].col_offset:] for line in lines)
 
 
+# the threshold's gradient with its sign lost: the estimator pushes θ the wrong way
+WRONG["jumprelu_backward"] = body_of("sae.py", "jumprelu_backward").replace("-ste.sum(0)", "ste.sum(0)")
 # the weights without σ(-β δ): every pair pulled alike, however well the model already ranks it
 WRONG["dpo_loss"] = body_of("dpo.py", "dpo_loss").replace("pull = beta * sigmoid(-beta * delta) / P",
                                                           "pull = np.full(P, beta / P)")

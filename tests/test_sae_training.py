@@ -119,6 +119,22 @@ def test_the_backward_matches_finite_differences_where_a_derivative_exists(name)
             rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("ste_to_input", [False, True])
+def test_jumprelu_backward_is_the_straight_through_estimator(ste_to_input):
+    """By hand, ε = 0.2: latent 0 (θ 0.3, θ/ε 1.5) has h - θ = 0.05, -0.05, 0.15 (u = 0.25, -0.25, 0.75: the
+    rectangle holds the first two); latent 1 (θ 0.5, θ/ε 2.5) has -0.4, 0.15, 0.05 (the last alone). The
+    gradient to h passes where h > θ; the estimator's, -(θ/ε) rect df summed over tokens, goes to θ (and, with
+    ste_to_input, its negative's opposite to h)."""
+    h = np.array([[0.35, 0.1], [0.25, 0.65], [0.45, 0.55]], np.float32)
+    theta = np.array([0.3, 0.5], np.float32)
+    df = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
+    dh, dtheta = S.jumprelu_backward(h, theta, df, 0.2, ste_to_input)
+    np.testing.assert_allclose(dtheta, [-(1.5 * 1 + 1.5 * 3), -2.5 * 6], rtol=1e-6)
+    passed = [[1, 0], [0, 4], [5, 6]]
+    ste = [[1.5, 0], [4.5, 0], [0, 15]]
+    np.testing.assert_allclose(dh, np.add(passed, ste) if ste_to_input else passed, rtol=1e-6)
+
+
 def test_topk_chooses_with_argpartition_as_torch_topk():
     h = np.random.default_rng(0).standard_normal((50, 40)).astype(np.float32)
     for k in (1, 7, 40):
