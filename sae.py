@@ -301,20 +301,29 @@ def check_site(site, hparams):
 def gather(ids, params, hparams, site, hooks=None):
     """The activation at a hook point for a batch of windows: the forward pass of the blocks up to the
     hook's layer only (the later ones cannot change it), through look_inside's hooks (and `hooks`, such as
-    centring_hooks, before it is read).   ids [B, T] -> [B, T, d] float32"""
+    centring_hooks, before it is read). site: a hook point, or a list of them (-> a list of arrays).
+    ids [B, T] -> [B, T, d] float32"""
     ids = checked_ids(np.atleast_2d(ids), params)
-    check_site(site, hparams)
-    kept, before = {}, (hooks or {}).get(site) or (lambda x, name: None)
+    sites = [site] if isinstance(site, str) else list(site)
+    for name in sites:
+        check_site(name, hparams)
+    hooks, kept = hooks or {}, {}
 
-    def keep(x, name):
-        changed = before(x, name)  # None: x as it is
-        x = x if changed is None else changed
-        kept[name] = np.array(x, dtype=np.float32)  # a copy: the forward pass goes on with x
-        return x
+    def keeping(name):
+        before = hooks.get(name) or (lambda x, name: None)
 
-    first = {**params, "blocks": params["blocks"][:site_layer(site, hparams["n_layer"]) + 1]}
-    gpt2_hidden(ids, first, hparams, hook=model_hook({**(hooks or {}), site: keep}))
-    return kept[site]
+        def keep(x, name):
+            changed = before(x, name)  # None: x as it is
+            x = x if changed is None else changed
+            kept[name] = np.array(x, dtype=np.float32)  # a copy: the forward pass goes on with x
+            return x
+
+        return keep
+
+    last = max(site_layer(name, hparams["n_layer"]) for name in sites)
+    first = {**params, "blocks": params["blocks"][:last + 1]}
+    gpt2_hidden(ids, first, hparams, hook=model_hook({**hooks, **{name: keeping(name) for name in sites}}))
+    return kept[site] if isinstance(site, str) else [kept[name] for name in sites]
 
 
 def windows(ids, context, eot):
@@ -364,40 +373,52 @@ def hook_name(sae):
     return sae["cfg"].get("metadata", {}).get("hook_name")
 
 
+def hook_name_out(sae):
+    """The hook point an SAE writes: a transcoder's metadata.hook_name_out, else the one it reads (SAELens's
+    add_sae)."""
+    return sae["cfg"].get("metadata", {}).get("hook_name_out") or hook_name(sae)
+
+
 def check_fits(sae, hparams, site=None):
-    """The SAE's d_in must be the width of its hook point's activation. -> the hook point"""
+    """The SAE's d_in must be the width of its hook point's activation, and a transcoder's d_out the width of the
+    one it writes (SAELens only warns, and splices nothing, where the model lacks one: refused here).
+    -> the hook point it reads"""
     site = site or hook_name(sae)
     if not site:
         raise UserError("the SAE names no hook point (its cfg.json's metadata has no hook_name)")
-    width = check_site(site, hparams)
-    if sae["cfg"]["d_in"] != width:
-        raise UserError(f"the SAE reads {sae['cfg']['d_in']} numbers a token but {site} has {width}: "
-                        "it was trained on another model or hook point")
+    out = hook_name_out(sae) if site == hook_name(sae) else site
+    for name, key, verb in ((site, "d_in", "reads"), (out, "d_out", "writes")):
+        width = check_site(name, hparams)
+        if sae["cfg"].get(key, sae["cfg"]["d_in"]) != width:
+            raise UserError(f"the SAE {verb} {sae['cfg'].get(key, sae['cfg']['d_in'])} numbers a token but {name} has "
+                            f"{width}: it was trained on another model or hook point")
     return site
 
 
 def splice(sae, use_error_term=False, mask=None):
-    """The SAE at its hook point, for look_inside's run_with_cache and run_with_hooks (sae=...): the
-    activation x [B, T, d] goes on as x̂, or with use_error_term as x̂ + (x - x̂), so that the model's output
-    is unchanged and the latents can be read. mask [B, T]: where to splice (elsewhere x goes on: SAELens's
-    evals leave <|endoftext|> alone). -> (the hook's name, fn(x, unhooked=None) -> (what goes on, {SAELens's
-    names: arrays}), fn's backward grad(x, g) -> dx). unhooked: the activation before a hook on the SAE's
-    input (SAELens's hook_sae_input) changed it to x: the error term is its own, x - x̂ taken there, as SAELens
-    takes it with the SAE's hooks off."""
-    site = hook_name(sae)
+    """The SAE at its hook point, for look_inside's run_with_cache and run_with_hooks (sae=...): the activation
+    there goes on as the SAE's output (forward: x̂, de-normalised, plus W_skip x for a skip transcoder), or with
+    use_error_term as that plus the error term, so that the model's output is unchanged and the latents can be
+    read. A transcoder reads its input at hook_name and writes at hook_name_out. mask [B, T]: where to splice
+    (elsewhere the model's activation goes on: SAELens's evals leave <|endoftext|> alone).
+    -> (the hook it writes, fn(x, unhooked=None, original=None) -> (what goes on, {SAELens's names: arrays}),
+    fn's backward grad(x, g) -> dx, the hook it reads). x: what the SAE encodes; unhooked: that input before a
+    hook on it (SAELens's hook_sae_input) changed it; original: the model's activation where the SAE writes
+    (default unhooked). The error term is original - the SAE's output for unhooked, as SAELens takes it with the
+    SAE's hooks off. (SAELens's run_with_saes drops a skip transcoder's W_skip x: here it is spliced whole.)"""
+    site = hook_name_out(sae)
 
-    def run(x, unhooked=None):
+    def run(x, unhooked=None, original=None):
         unhooked = x if unhooked is None else unhooked
-        h = encode_pre(x, sae)
-        f = np.maximum(h, 0.0)
-        x_hat = decode(f, sae)
-        if use_error_term:  # the error term: x - x̂ where the model made x, before any hook on the SAE's input
-            error = unhooked - (x_hat if unhooked is x else decode(encode(unhooked, sae), sae))
-        out = x_hat + error if use_error_term else x_hat
+        original = unhooked if original is None else original
+        out, f, h = forward(x, sae)
+        if use_error_term:  # the error term: where the model made it, before any hook on the SAE's input
+            error = original - (out if unhooked is x else forward(unhooked, sae)[0])
+            out = out + error
         if mask is not None:
-            out = np.where(mask[..., None], out, unhooked)
+            out = np.where(mask[..., None], out, original)
         latents = {"hook_sae_input": x, "hook_sae_acts_pre": h, "hook_sae_acts_post": f,
-                   "hook_sae_recons": x_hat, "hook_sae_output": out}
+                   "hook_sae_recons": decode(f, sae), "hook_sae_output": out}
         if use_error_term:
             latents["hook_sae_error"] = error
         return out, {f"{site}.{k}": v for k, v in latents.items()}
@@ -406,15 +427,46 @@ def splice(sae, use_error_term=False, mask=None):
         dx = input_grad(x, g, sae)
         return dx if mask is None else np.where(mask[..., None], dx, g)
 
-    return site, run, grad
+    return site, run, grad, hook_name(sae)
+
+
+def normalize_backward(x, dx_n, stats_grads, sae):
+    """normalize's backward, with what the de-normalisation's statistics got back (SAELens's autograd takes μ and σ,
+    or ‖x‖, with their gradients, in and out). dx_n [..., d_in]: the gradient of x'; stats_grads: (dscale, dshift)
+    [..., 1] from denormalize (or zeros). -> dx [..., d_in]"""
+    how, d = sae["cfg"].get("normalize_activations", "none"), x.shape[-1]
+    dscale, dshift = stats_grads
+    if how == "layer_norm":  # x' = c / (σ + ε), c = x - μ, σ = √(Σ c² / (d - 1)); out = y σ + μ
+        c = x - x.mean(-1, keepdims=True)
+        sigma = np.sqrt((c * c).sum(-1, keepdims=True) / (d - 1))
+        denominator = sigma + np.float32(LAYER_NORM_EPS)
+        dsigma = dscale - (dx_n * c).sum(-1, keepdims=True) / denominator ** 2
+        dc = dx_n / denominator + dsigma * c / ((d - 1) * sigma)
+        return dc - dc.mean(-1, keepdims=True) + dshift / d
+    if how == "constant_norm_rescale":  # x' = x / s, s = ‖x‖ / √d; out = y s
+        s = np.sqrt((x * x).sum(-1, keepdims=True) / d)
+        ds = dscale - (dx_n * x).sum(-1, keepdims=True) / s ** 2
+        return dx_n / s + ds * x / (s * d)
+    return dx_n
 
 
 def input_grad(x, g, sae):
-    """The backward of the spliced SAE for its input, as SAELens's autograd takes it: through x̂ alone, with
-    or without the error term (SAELens computes x - x̂ under torch.no_grad: a constant to the gradient).
-    x̂ = ReLU((x - a b_dec) W_enc + b_enc) W_dec + b_dec:   dx = ((g W_decᵀ) ⊙ [h > 0]) W_encᵀ
-    x, g [..., d_in] (g: the gradient of what went on) -> dx [..., d_in]"""
-    return ((g @ sae["W_dec"].T) * (encode_pre(x, sae) > 0)) @ sae["W_enc"].T
+    """The backward of the spliced SAE for its input, as SAELens's autograd takes it: through its output alone,
+    with or without the error term (SAELens computes it under torch.no_grad: a constant to the gradient).
+    out = denormalize(act(h) W_dec + b_dec) + x W_skipᵀ:   dh = (dy W_decᵀ) ⊙ [f > 0] (a TopK's 1/n and n cancel),
+    dx' = dh W_encᵀ, then through the normalisation (normalize_backward).
+    x [..., d_in], g [..., d_out] (g: the gradient of what went on) -> dx [..., d_in]"""
+    x_n, stats = normalize(x, sae)
+    h = encode_pre(x, sae)
+    f = activation(h, sae)
+    dy, dstats = g, (0.0, 0.0)
+    if stats is not None and not is_transcoder(sae):  # out = y · scale (+ shift): y's gradient, the stats'
+        scale, shift = stats
+        dy = g * scale
+        y = decode(f, sae)
+        dstats = ((g * y).sum(-1, keepdims=True), g.sum(-1, keepdims=True) if shift is not None else 0.0)
+    dx = normalize_backward(x, ((dy @ sae["W_dec"].T) * (f > 0)) @ sae["W_enc"].T, dstats, sae)
+    return dx + g @ sae["W_skip"] if "W_skip" in sae else dx
 
 
 def run_with_sae(ids, params, hparams, sae, use_error_term=False, hooks=None):
@@ -451,15 +503,16 @@ def kl_divergence(clean, other):
 
 def evaluate_batch(rows, params, hparams, sae, special, hooks=None):
     """One batch of SAELens's evals, per token, over positions whose token is not in `special`
-    (exclude_special_tokens): -> {name: the per-token values kept}, and the activations' sums."""
-    site, hooks = hook_name(sae), hooks or {}
+    (exclude_special_tokens): -> {name: the per-token values kept}, and the activations' sums. A transcoder's
+    explained variance is its output's, of the activation where it writes (which the ablation zeroes)."""
+    site, out, hooks = hook_name(sae), hook_name_out(sae), hooks or {}
     mask = ~np.isin(rows, list(special))  # [B, T]
-    x = gather(rows, params, hparams, site, hooks)[mask]  # [n, d]
-    f = encode(x, sae)
-    x_hat = decode(f, sae)
+    x, target = (a[mask] for a in gather(rows, params, hparams, [site, out], hooks))  # [n, d_in], [n, d_out]
+    x_hat, f, _ = forward(x, sae)
+    x = target  # what the SAE is to rebuild: its input, or a transcoder's output activation
     runs = {"without_sae": run_with_hooks(rows, params, hparams, hooks),  # log-probabilities, once a run
             "with_sae": run_with_hooks(rows, params, hparams, hooks, sae=splice(sae, mask=mask)),
-            "with_ablation": run_with_hooks(rows, params, hparams, {**hooks, site: lambda a, name: np.zeros_like(a)})}
+            "with_ablation": run_with_hooks(rows, params, hparams, {**hooks, out: lambda a, name: np.zeros_like(a)})}
     runs = {k: log_softmax(v) for k, v in runs.items()}
     predicts = mask[:, :-1]  # CE: the positions that predict a next token, from a kept token
     per_token = {"l0": (f != 0).sum(-1).astype(np.float64)}
@@ -503,7 +556,8 @@ def evaluate(rows, params, hparams, sae, special, batch=8, progress=None, hooks=
 
 def logit_effects(sae, wte, i, k=10):
     """The tokens latent i's decoder direction promotes and suppresses through the unembedding:
-    W_dec[i] · wteᵀ. -> (top ids [k], their values, bottom ids [k], their values)"""
+    W_dec[i] · wteᵀ (a transcoder's W_dec[i] is what it writes at its output hook). -> (top ids [k], their values,
+    bottom ids [k], their values)"""
     effect = wte @ sae["W_dec"][i]  # [V]
     order = np.argsort(-effect, kind="stable")
     return order[:k], effect[order[:k]], order[::-1][:k], effect[order[::-1][:k]]

@@ -240,9 +240,9 @@ def encode(args):
     sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
     site = S.check_fits(sae, hparams)
     ids = np.array([encoder.eot] + encoder.encode(args.text))[None, :params["wpe"].shape[0]]
-    x = S.gather(ids, params, hparams, site, hooks)[0]
-    f = S.encode(x, sae)
-    error = ((S.decode(f, sae) - x) ** 2).sum(-1)
+    x, target = (a[0] for a in S.gather(ids, params, hparams, [site, S.hook_name_out(sae)], hooks))
+    x_hat, f, _ = S.forward(x, sae)
+    error = ((x_hat - target) ** 2).sum(-1)  # a transcoder's: against the activation where it writes
     tokens = [encoder.decode([int(t)]) for t in ids[0]]
     positions = []
     for row, err in zip(f, error):
