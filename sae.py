@@ -364,6 +364,14 @@ def fold_scaling_factor(sae, factor):
     return folded
 
 
+def fold_decoder_norms(sae):
+    """A TopK SAE trained with rescale_acts_by_decoder_norm as SAELens's save_inference_model writes it: each decoder
+    row made unit length, its norm n_i moved into the encoder (W_enc · n, b_enc · n, W_dec / n). It ranks h·n and
+    decodes (f / n) W_dec as before, now with n = 1."""
+    n = np.maximum(decoder_norms(sae["W_dec"]), np.float32(1e-8))  # SAELens's get_W_dec_norm clamps
+    return {**sae, "W_enc": sae["W_enc"] * n, "b_enc": sae["b_enc"] * n, "W_dec": sae["W_dec"] / n[:, None]}
+
+
 # ============================================================================
 # 6. Splicing the SAE into the model
 # ============================================================================
@@ -489,6 +497,26 @@ def centring_hooks(n_layer):
     writes = ["hook_embed", "hook_pos_embed"] + [f"blocks.{i}.{w}" for i in range(n_layer)
                                                  for w in ("hook_attn_out", "hook_mlp_out")]
     return dict.fromkeys(writes, centre)
+
+
+def fold_layer_norms(params):
+    """The model as TransformerLens's fold_ln leaves its blocks: each ln_1's and ln_2's gain g and bias b moved into
+    the weights that read them, c_attn and c_fc (w' = diag(g) w, b' = b_w + b w), so that each layer norm's output is
+    x̂ = (x - μ) / σ, which TransformerLens names ln1/ln2.hook_normalized in every model, folded or not. The logits
+    do not change (but for rounding); ln_f is left as it is, the unembedding being tied to wte. An SAE or transcoder
+    trained on TransformerLens's blocks.L.ln2.hook_normalized reads here what it read there (--fold-ln)."""
+    blocks = []
+    for block in params["blocks"]:
+        block = dict(block)
+        for ln, layer, inside in (("ln_1", "c_attn", "attn"), ("ln_2", "c_fc", "mlp")):
+            g, b = block[ln]["g"], block[ln]["b"]
+            w = block[inside][layer]["w"]
+            folded = {**block[inside][layer], "w": (g[:, None] * w).astype(np.float32),
+                      "b": (block[inside][layer]["b"] + b @ w).astype(np.float32)}
+            block[inside] = {**block[inside], layer: folded}
+            block[ln] = {"g": np.ones_like(g), "b": np.zeros_like(b)}
+        blocks.append(block)
+    return {**params, "blocks": blocks}
 
 
 # ============================================================================

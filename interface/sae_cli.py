@@ -22,7 +22,8 @@ import numpy as np
 
 import sae as S
 from interface import loading
-from interface.options import CENTRED_HELP, at_least, check_page_folder, model_flags, threads_flag, user_message
+from interface.options import CENTRED_HELP, FOLD_LN_HELP, at_least, check_page_folder, folded, model_flags, \
+    threads_flag, user_message
 from plumbing import sae_files
 from plumbing.errors import UserError, ctrl_c_waits, exit_status, fail, read_text
 from plumbing.folders import check_new_folder, write_page
@@ -39,6 +40,7 @@ def common(p, data=True):
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress")
     p.add_argument("--center-writing-weights", action="store_true", help=CENTRED_HELP)
+    p.add_argument("--fold-ln", action="store_true", help=FOLD_LN_HELP)
     if data:
         p.add_argument("--data", required=True, metavar="FILE", help="a UTF-8 text")
 
@@ -123,7 +125,8 @@ def model(args):
     """-> (encoder, hparams, params, the hooks that run it as --center-writing-weights asks)"""
     load = loading.load_body if args.command in ACTIVATIONS_ONLY else loading.load_model  # loading.py says why
     encoder, hparams, params = load(args.model, args.models_dir, args.base_url, quiet=args.quiet)
-    return encoder, hparams, params, S.centring_hooks(hparams["n_layer"]) if args.center_writing_weights else {}
+    hooks = S.centring_hooks(hparams["n_layer"]) if args.center_writing_weights else {}
+    return encoder, hparams, folded(args, params), hooks
 
 
 def text_windows(encoder, path, context, params):
