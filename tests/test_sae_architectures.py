@@ -90,7 +90,6 @@ def test_run_with_saes_logits_equal_saelenss_with_and_without_the_error_term(tin
             close_logits(logits, f"{name}/{key}")
 
 
-@pytest.mark.parametrize("name", NAMES)
 def test_without_fold_ln_a_transcoder_reads_another_activation(saes):
     """look_inside's ln2.hook_normalized is ln_2's output, after its gain and bias; TransformerLens's is x̂, before
     them: a transcoder trained there needs the model folded (--fold-ln)."""
