@@ -450,8 +450,8 @@ def gradients(ids, params, hparams, dlogits, names, splice=None):
     With splice, the forward pass is the spliced model's and the backward mirrors it: at the SAE's hook point
     the gradient goes back through the SAE (sae.input_grad: SAELens's, through x̂ alone), and is the gradient of
     the SAE's input there (a transcoder's goes back to its input's hook, and where it writes, the model's own
-    activation, read by nothing but the error term, a constant, gets 0); through each of splice's hooks, the centring (a projection, x - mean x), it goes back
-    as the projection's own transpose, itself: g - mean g."""
+    activation, read by nothing but the error term, a constant, gets 0); through each of splice's hooks, the
+    centring (a projection, x - mean x), it goes back as the projection's own transpose, itself: g - mean g."""
     base, sae = splice or ({}, None)
     site, reads, grads, inputs = sae_site(splice), sae_reads(splice), {}, {}
     forward = sae_hooks(base, sae, activation_shapes(hparams, *np.shape(np.atleast_2d(ids))))

@@ -95,7 +95,8 @@ def test_without_fold_ln_a_transcoder_reads_another_activation(saes):
     them: a transcoder trained there needs the model folded (--fold-ln)."""
     hparams, params, _ = hf_model.load_hf_folder(os.path.join(DATA, "hf", "tiny"))
     site = "blocks.1.ln2.hook_normalized"
-    raw, folded = (S.gather(GOLDEN_TOKENS, p, hparams, site).reshape(-1, 8) for p in (params, S.fold_layer_norms(params)))
+    raw, folded = (S.gather(GOLDEN_TOKENS, p, hparams, site).reshape(-1, 8)
+                   for p in (params, S.fold_layer_norms(params)))
     close(folded, GOLDEN["skip_transcoder/x"])
     assert np.abs(raw - GOLDEN["skip_transcoder/x"]).max() > 0.1
     close(look_inside.run_with_hooks(GOLDEN_TOKENS, S.fold_layer_norms(params), hparams, {}),

@@ -38,8 +38,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from make_sae_golden import kept_logits, tl_model, tokens  # noqa: E402
 from sae_lens import SAE, HookedSAETransformer  # noqa: E402
-from sae_lens.saes import (BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig, JumpReLUSAE, JumpReLUSAEConfig,  # noqa: E402
-                           JumpReLUTranscoder, JumpReLUTranscoderConfig, SkipTranscoder, SkipTranscoderConfig, TopKSAE,
+from sae_lens.saes import (BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig, JumpReLUSAE,  # noqa: E402
+                           JumpReLUSAEConfig, JumpReLUTranscoder, JumpReLUTranscoderConfig, SkipTranscoder, SkipTranscoderConfig, TopKSAE,
                            TopKSAEConfig, TopKTrainingSAE, TopKTrainingSAEConfig, Transcoder, TranscoderConfig)
 
 from plumbing import sae_files  # noqa: E402
@@ -76,9 +76,8 @@ def made():
         "topk": metadata(randomise(TopKSAE(TopKSAEConfig(d_in=C, d_sae=D_SAE, k=4, rescale_acts_by_decoder_norm=True,
                                                          normalize_activations="layer_norm")), 1),
                          "blocks.1.hook_resid_pre"),
-        "jumprelu": metadata(randomise(JumpReLUSAE(JumpReLUSAEConfig(d_in=C, d_sae=D_SAE,
-                                                                     normalize_activations="constant_norm_rescale")), 3),
-                             "blocks.1.hook_resid_mid"),
+        "jumprelu": metadata(randomise(JumpReLUSAE(JumpReLUSAEConfig(
+            d_in=C, d_sae=D_SAE, normalize_activations="constant_norm_rescale")), 3), "blocks.1.hook_resid_mid"),
         "transcoder": metadata(randomise(Transcoder(TranscoderConfig(d_in=C, d_sae=24, d_out=C,
                                                                      apply_b_dec_to_input=False)), 5),
                                "blocks.0.ln2.hook_normalized", "blocks.0.hook_mlp_out"),
