@@ -39,8 +39,9 @@ import torch  # noqa: E402
 from make_sae_golden import kept_logits, tl_model, tokens  # noqa: E402
 from sae_lens import SAE, HookedSAETransformer  # noqa: E402
 from sae_lens.saes import (BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig, JumpReLUSAE,  # noqa: E402
-                           JumpReLUSAEConfig, JumpReLUTranscoder, JumpReLUTranscoderConfig, SkipTranscoder, SkipTranscoderConfig, TopKSAE,
-                           TopKSAEConfig, TopKTrainingSAE, TopKTrainingSAEConfig, Transcoder, TranscoderConfig)
+                           JumpReLUSAEConfig, JumpReLUTranscoder, JumpReLUTranscoderConfig, SkipTranscoder,
+                           SkipTranscoderConfig, TopKSAE, TopKSAEConfig, TopKTrainingSAE, TopKTrainingSAEConfig,
+                           Transcoder, TranscoderConfig)
 
 from plumbing import sae_files  # noqa: E402
 
