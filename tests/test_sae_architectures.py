@@ -30,7 +30,7 @@ def close(ours, theirs, tol=1e-5):
 
 
 def close_logits(logits, name):
-    close(logits[..., ::200], GOLDEN[f"{name}/every_200th"])
+    close(logits[..., ::1000], GOLDEN[f"{name}/every_1000th"])
     top = logits.max(-1, keepdims=True).astype(np.float64)
     close(np.log(np.exp(logits - top).sum(-1)) + top[..., 0], GOLDEN[f"{name}/logsumexp"])
 
@@ -85,7 +85,7 @@ def test_run_with_saes_logits_equal_saelenss_with_and_without_the_error_term(tin
         assert use_error_term or np.abs(logits - plain).max() > 1e-2  # spliced: the SAE's output went on
         if name == "skip_transcoder":  # SAELens's run_with_saes drops W_skip x; here the whole forward is spliced
             close_logits(logits, f"{name}/{key.replace('logits', 'logits_whole')}")
-            assert use_error_term or np.abs(logits[..., ::200] - GOLDEN[f"{name}/logits/every_200th"]).max() > 1e-3
+            assert use_error_term or np.abs(logits[..., ::1000] - GOLDEN[f"{name}/logits/every_1000th"]).max() > 1e-3
         else:
             close_logits(logits, f"{name}/{key}")
 
@@ -171,3 +171,79 @@ def test_a_transcoder_whose_hook_the_model_lacks_is_refused(tiny, saes):
     with pytest.raises(UserError, match="blocks.7.hook_mlp_out"):
         S.check_fits(elsewhere, hparams)
     S.check_fits(saes["transcoder"], hparams)
+
+
+# --- the commands, and OpenAI's TopK SAEs from the Hub -----------------------------------------------------
+
+MODEL = os.path.join(DATA, "hf", "tiny")
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 3
+
+
+def test_the_commands_take_every_architecture(capsys, tmp_path, tiny, saes):
+    """sae.py encode, eval and features, gpt2_numpy.py --score and circuits.py, with a TopK SAE and transcoders
+    (--fold-ln: TransformerLens's ln2.hook_normalized, which they read)."""
+    from conftest import in_process
+    from interface import circuits_cli, gpt2_cli, sae_cli
+
+    params, hparams = tiny
+    sae_run = lambda *a: in_process(sae_cli.main, capsys, *a, "--model", MODEL, "--quiet", "--json")  # noqa: E731
+    r = sae_run("encode", "--sae", os.path.join(FOLDERS, "topk"), "--text", "All:\nSpeak", "--k", "9")
+    assert r.returncode == 0, r.stderr
+    assert all(len(p["ids"]) == 4 for p in json.loads(r.stdout)["positions"])  # k = 4 fire, always
+    transcoder = os.path.join(FOLDERS, "skip_transcoder")
+    r = sae_run("encode", "--sae", transcoder, "--text", "All:\nSpeak", "--fold-ln")
+    assert r.returncode == 0, r.stderr
+    from interface.loading import load_model
+    encoder = load_model(MODEL)[0]
+    ids = np.array([[encoder.eot] + encoder.encode("All:\nSpeak")])
+    x, target = S.gather(ids, params, hparams, ["blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"])
+    error = ((S.forward(x[0], saes["skip_transcoder"])[0] - target[0]) ** 2).sum(-1)  # against its output hook's
+    np.testing.assert_allclose([p["error"] for p in json.loads(r.stdout)["positions"]], error, rtol=1e-5)
+    (tmp_path / "t.txt").write_text(TEXT)
+    r = sae_run("eval", "--sae", transcoder, "--data", tmp_path / "t.txt", "--context", "16", "--fold-ln")
+    assert r.returncode == 0, r.stderr
+    metrics = json.loads(r.stdout)
+    assert metrics["l0"] > 0 and np.isfinite(metrics["explained_variance"]) and np.isfinite(metrics["ce_loss_score"])
+    r = sae_run("features", "--sae", os.path.join(FOLDERS, "jumprelu_transcoder"), "--data", tmp_path / "t.txt",
+                "--context", "16", "--feature", "3", "--fold-ln")
+    assert r.returncode == 0, r.stderr
+    [feature] = json.loads(r.stdout)["features"]
+    promoted = params["wte"] @ saes["jumprelu_transcoder"]["W_dec"][3]  # through what it writes
+    assert feature["promotes"][0][1] == pytest.approx(float(promoted.max()), rel=1e-5)
+    text = "First Citizen: we are accounted poor"
+    r = in_process(gpt2_cli.main, capsys, text, "--score", "--json", "--sae", transcoder, "--fold-ln", "--model", MODEL)
+    assert r.returncode == 0, r.stderr
+    from gpt2_numpy import token_logprobs
+    ids = encoder.encode(text)
+    logits = S.run_with_sae([ids[:-1]], params, hparams, saes["skip_transcoder"])[0]
+    np.testing.assert_allclose(json.loads(r.stdout)["logprobs"][1:], token_logprobs(logits, ids[1:]), atol=1e-5)
+    r = in_process(circuits_cli.main, capsys, "attribution", "--clean", "When Mary and John went, John gave to",
+                   "--corrupted", "When Mary and John went, Mary gave to", "--answer", " Mary", "--wrong", " John",
+                   "--site", "mlp_out", "--sae", transcoder, "--fold-ln", "--use-error-term", "--json", "--model", MODEL)
+    assert r.returncode == 0, r.stderr
+
+
+def test_openais_topk_sae_from_the_hub_in_its_published_layout(capsys, tmp_path, monkeypatch, tiny):
+    """hf:jbloom/GPT2-Small-OAI-v5-32k-resid-post-SAEs/v5_32k_layer_L.pt, as SAELens's pretrained_saes.yaml finds
+    OpenAI's TopK SAEs (a pre-6.0 cfg.json: activation_fn topk, k, layer_norm), from a Hub on 127.0.0.1."""
+    import shutil
+
+    from conftest import Mirror, in_process
+    from interface import sae_cli
+
+    repo = "jbloom/GPT2-Small-OAI-v5-32k-resid-post-SAEs"
+    shutil.copytree(os.path.join(FOLDERS, "openai"), tmp_path / "hub" / repo / "resolve" / "main")
+    m = Mirror(str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_ENDPOINT", m.url)
+    try:
+        r = in_process(sae_cli.main, capsys, "encode", "--sae", f"hf:{repo}/v5_32k_layer_1.pt", "--text", "All:",
+                       "--models-dir", tmp_path / "models", "--model", MODEL, "--quiet", "--json")
+    finally:
+        m.close()
+    assert r.returncode == 0, r.stderr
+    folder = tmp_path / "models" / "hf" / "jbloom" / "GPT2-Small-OAI-v5-32k-resid-post-SAEs" / "v5_32k_layer_1.pt"
+    sae = sae_files.load_sae(str(folder))
+    assert (sae["cfg"]["architecture"], sae["cfg"]["k"], sae["cfg"]["normalize_activations"]) == ("topk", 4,
+                                                                                                    "layer_norm")
+    close(S.encode(GOLDEN["openai/x"], sae), GOLDEN["openai/acts_post"])  # as SAELens reads the folder
+    close(S.forward(GOLDEN["openai/x"], sae)[0], GOLDEN["openai/out"])

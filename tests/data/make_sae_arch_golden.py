@@ -19,10 +19,14 @@ The transcoders read TransformerLens's ln2.hook_normalized, x̂ before ln_2's ga
 fold_layer_norms (--fold-ln) gives it.
 sae_arch/<name>/: the folder SAELens wrote; sae_arch/ours_<name>/: the folder plumbing/sae_files.save_sae wrote
 from ours loaded, which SAE.load_from_disk read back here (its encode and forward equal within 1e-6: asserted).
+sae_arch/openai/v5_32k_layer_1.pt/: a folder in the layout of OpenAI's GPT-2 small TopK SAEs as SAELens's
+pretrained_saes.yaml finds them (gpt2-small-resid-post-v5-32k: repo jbloom/GPT2-Small-OAI-v5-32k-resid-post-SAEs,
+one folder v5_32k_layer_L.pt a layer, cfg.json from before SAELens 6: hook_point, activation_fn "topk" with
+activation_fn_kwargs k, normalize_activations "layer_norm"), topk's weights with unit decoder rows; "openai" in the
+golden is what SAE.load_from_disk makes of it.
 sae_arch_golden.npz, under <name>/: x (the input, flattened), target (the activation where it writes), acts_pre,
 acts_post, recons (hook_sae_recons), out (sae.forward: SkipTranscoder's with W_skip x), logits/, logits_error/
-(run_with_saes without and with the error term: every 200th column and the logsumexp, make_sae_golden's
-kept_logits), and for skip_transcoder logits_whole/, logits_whole_error/: its whole forward spliced by hooks
+(run_with_saes without and with the error term: every 1000th column and the logsumexp), and for skip_transcoder logits_whole/, logits_whole_error/: its whole forward spliced by hooks
 (SAELens's run_with_saes drops W_skip x; sae.py does not).
 """
 import json
@@ -36,7 +40,8 @@ sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from make_sae_golden import kept_logits, tl_model, tokens  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+from make_sae_golden import tl_model, tokens  # noqa: E402
 from sae_lens import SAE, HookedSAETransformer  # noqa: E402
 from sae_lens.saes import (BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig, JumpReLUSAE,  # noqa: E402
                            JumpReLUSAEConfig, JumpReLUTranscoder, JumpReLUTranscoderConfig, SkipTranscoder,
@@ -98,7 +103,24 @@ def made():
     training["batchtopk"].topk_threshold = torch.tensor(0.3, dtype=torch.double)
     for name, sae in training.items():
         sae.save_inference_model(os.path.join(OUT, name))
-    return {name: SAE.load_from_disk(os.path.join(OUT, name)) for name in list(cases) + list(training)}
+    openai = os.path.join(OUT, "openai", "v5_32k_layer_1.pt")
+    os.makedirs(openai)
+    unit = dict(cases["topk"].state_dict())
+    unit["W_dec"] = unit["W_dec"] / unit["W_dec"].norm(dim=-1, keepdim=True)
+    save_file({k: v.contiguous() for k, v in unit.items()}, os.path.join(openai, "sae_weights.safetensors"))
+    with open(os.path.join(openai, "cfg.json"), "w") as f:
+        json.dump({"model_name": "gpt2-small", "hook_point": "blocks.1.hook_resid_pre", "hook_point_layer": 1,
+                   "d_in": C, "d_sae": D_SAE, "dtype": "float32", "device": "cpu", "activation_fn_str": "topk",
+                   "activation_fn_kwargs": {"k": 4}, "normalize_activations": "layer_norm",
+                   "apply_b_dec_to_input": True, "context_size": 64, "prepend_bos": True}, f)
+    folders = {**{name: os.path.join(OUT, name) for name in list(cases) + list(training)}, "openai": openai}
+    return {name: SAE.load_from_disk(folder) for name, folder in folders.items()}
+
+
+def kept_logits(name, logits):
+    """Every 1000th column of the logits, and each position's logsumexp over all of them."""
+    return {f"{name}/every_1000th": logits[..., ::1000].detach().numpy(),
+            f"{name}/logsumexp": torch.logsumexp(logits.detach().double(), -1).numpy()}
 
 
 def spliced_whole(model, sae, ids, use_error_term):
@@ -137,6 +159,9 @@ def main():
                 if name == "skip_transcoder":
                     out.update(kept_logits(f"{name}/{key.replace('logits', 'logits_whole')}",
                                            spliced_whole(model, sae, ids, use_error_term)))
+            if name == "openai":
+                assert type(sae) is TopKSAE and sae.cfg.k == 4 and sae.cfg.normalize_activations == "layer_norm"
+                continue
             ours = sae_files.load_sae(os.path.join(OUT, name))
             folder = os.path.join(OUT, f"ours_{name}")
             sae_files.save_sae(folder, ours)
