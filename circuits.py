@@ -42,6 +42,7 @@ from look_inside import activation_shapes, model_hook, run_with_cache, run_with_
     transformer_lens_name
 from plumbing.errors import UserError
 from plumbing.shapes import block_index
+from sae import latent_writes
 
 SITES = {  # what `patch` can patch: the activation (TransformerLens's name within block l)
     "resid_pre": "hook_resid_pre", "resid_mid": "hook_resid_mid", "attn_out": "hook_attn_out",
@@ -415,16 +416,20 @@ def dla_latents(params, hparams, ids, answer, wrong, W_dec, splice):
     """Direct logit attribution by SAE latent (ARENA 1.3's): latent i wrote f_i W_dec[i] at the SAE's hook point,
     each read as dla_components reads a component, averaged over the prompts. With the decoder's bias's share
     (and the error term's, where it is spliced) they add up to the share of what the SAE wrote, its output.
-    W_dec [d_sae, C]: the SAE's decoder -> [d_sae]"""
+    W_dec [d_sae, C]: the SAE's decoder, or the SAE itself, whose latents then write what sae.latent_writes says
+    (a TopK's f_i / ‖W_dec[i]‖, times the token's σ where its output is de-normalised) -> [d_sae]"""
     site = sae_site(splice)
     if site is None or site.rsplit(".", 1)[-1] not in RESIDUAL_SITES:
         raise UserError("direct logit attribution by latent reads an SAE that writes into the residual stream "
                         f"({', '.join(RESIDUAL_SITES)}); " + (f"this one is at {site}" if site else "none is spliced"))
     ids, answer, wrong = answers(ids, answer, wrong, params)
-    acts = f"{site}.hook_sae_acts_post"
-    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, [acts], splice)
-    centred = W_dec - W_dec.mean(-1, keepdims=True)  # ((f_i W_dec[i] - its mean) / σ) · direction, for every i
-    return (cache[acts] * ((direction / scale) @ centred.T)).mean(0).astype(np.float32)
+    acts, read = f"{site}.hook_sae_acts_post", f"{site}.hook_sae_input"
+    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, [acts, read], splice)
+    coefficients = cache[acts]
+    if isinstance(W_dec, dict):
+        coefficients, W_dec = latent_writes(cache[read], coefficients, W_dec)
+    centred = W_dec - W_dec.mean(-1, keepdims=True)  # ((c_i W_dec[i] - its mean) / σ) · direction, for every i
+    return (coefficients * ((direction / scale) @ centred.T)).mean(0).astype(np.float32)
 
 
 # ============================================================================

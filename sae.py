@@ -519,6 +519,17 @@ def fold_layer_norms(params):
     return {**params, "blocks": blocks}
 
 
+def latent_writes(x, f, sae):
+    """What each latent writes into the output, as coefficients of the decoder's rows: c W_dec is the latents' share
+    of the SAE's output (b_dec's, μ's and W_skip x's are no latent's). c = f, over ‖W_dec[i]‖ for a TopK's rescale,
+    times the token's σ (or ‖x‖ / √d_in) where the output is de-normalised.
+    x [N, d_in] the SAE's input, f [N, d_sae] -> (c [N, d_sae], W_dec [d_sae, d_out])"""
+    if rescaled(sae):
+        f = f * (1 / decoder_norms(sae["W_dec"]))
+    stats = None if is_transcoder(sae) else normalize(x, sae)[1]
+    return (f if stats is None else f * stats[0]), sae["W_dec"]
+
+
 # ============================================================================
 # 7. SAELens's evals
 # ============================================================================

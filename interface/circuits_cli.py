@@ -315,8 +315,8 @@ def run_dla(args, encoder, params, hparams):
 def latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clean_metric):
     """dla --by latent: every latent's share in the JSON ("values", [d_sae]; "top", the ids of the largest), the
     largest in the table."""
-    W_dec = loading.load_sae(args.sae, args.models_dir, args.quiet)["W_dec"]
-    values = circuits.dla_latents(params, hparams, clean, answer, wrong, W_dec, args.splice)
+    chosen = loading.load_sae(args.sae, args.models_dir, args.quiet)
+    values = circuits.dla_latents(params, hparams, clean, answer, wrong, chosen, args.splice)
     top = np.argsort(-np.abs(values), kind="stable")[:TOP_LATENTS].tolist()
     return result(tokens, values.tolist(), f"the {len(top)} latents of the largest share (f_i W_dec[i] at the last "
                                            "position, read along the logit difference)",

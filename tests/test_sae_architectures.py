@@ -247,3 +247,22 @@ def test_openais_topk_sae_from_the_hub_in_its_published_layout(capsys, tmp_path,
                                                                                                     "layer_norm")
     close(S.encode(GOLDEN["openai/x"], sae), GOLDEN["openai/acts_post"])  # as SAELens reads the folder
     close(S.forward(GOLDEN["openai/x"], sae)[0], GOLDEN["openai/out"])
+
+
+def test_dla_by_latent_counts_a_topks_rescale_and_its_layer_norm(tiny, saes):
+    """Each latent's share is of what it writes, σ (f_i / ‖W_dec[i]‖) W_dec[i]: with b_dec's σ b_dec + μ, they add
+    up to the share of the SAE's output."""
+    params, hparams = tiny
+    sae = saes["topk"]
+    ids, answer, wrong = GOLDEN_TOKENS[:2, :9], np.array([11, 12]), np.array([13, 14])
+    splice = ({}, S.splice(sae))
+    latents = circuits.dla_latents(params, hparams, ids, answer, wrong, sae, splice)
+    site = S.hook_name(sae)
+    cache, scale, direction = circuits.dla_run(params, hparams, ids, answer, wrong, [f"{site}.hook_sae_input",
+                                                                                     f"{site}.hook_sae_output"], splice)
+    x = cache[f"{site}.hook_sae_input"]
+    sigma, mu = S.normalize(x, sae)[1]
+    rest = circuits.dla_component(sigma * sae["b_dec"] + mu, scale, direction).mean()
+    whole = circuits.dla_component(cache[f"{site}.hook_sae_output"], scale, direction).mean()
+    assert latents.sum() + rest == pytest.approx(whole, abs=1e-4)
+    assert np.count_nonzero(latents) > 0
