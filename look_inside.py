@@ -103,8 +103,9 @@ def name_filter(names, known):
 def run_with_cache(ids, params, hparams, names=None, memory=None, sae=None, hooks=None):
     """One forward pass that keeps activations: -> (logits [B, T, V], cache {name: array}).
     names: which to keep (a list of TransformerLens names, or a predicate; default all).
-    sae: an SAE spliced in at its hook point, as sae.splice makes it: (the hook's name, fn(x, unhooked) -> (what
-    goes on, {SAELens's names: arrays}), its backward); its latents are kept too
+    sae: an SAE spliced in at its hook point, as sae.splice makes it: (the hook's name, fn(x, unhooked, original)
+    -> (what goes on, {SAELens's names: arrays}), its backward, the hook it reads: a transcoder's is another);
+    its latents are kept too
     (blocks.0.hook_resid_pre.hook_sae_acts_post, ...).
     hooks: run_with_hooks', applied first (what is kept is what they return; sae_hooks says where a hook on the
     SAE's input goes).

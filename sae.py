@@ -7,7 +7,9 @@ spliced into the model exactly as SAELens 6.54.12 does it, with the backward pas
 An SAE reads one activation x (a residual stream, TransformerLens's name: blocks.L.hook_resid_pre) and
 writes it as a sum of few directions out of many (d_sae of them, d_sae >> d_in):
 
-  1. the SAE              encode: f = ReLU((x - b_dec) W_enc + b_enc),  decode: x̂ = f W_dec + b_dec
+  1. the SAE              encode: f = ReLU((x - b_dec) W_enc + b_enc),  decode: x̂ = f W_dec + b_dec; and every
+                          architecture SAELens runs: TopK, JumpReLU (a BatchTopK saved), transcoders, run-time
+                          normalisation (OpenAI's layer_norm)
   2. its loss             Σ_d (x̂ - x)², the mean over tokens, + C · Σ_i f_i ‖W_dec[i]‖, the mean over tokens
   3. its backward         by hand, beside the loss; Adam and clipping are optimizer.py's
   4. training             SAELens's initialisation, the L1 warm-up, one step
@@ -17,9 +19,11 @@ writes it as a sum of few directions out of many (d_sae of them, d_sae >> d_in):
   7. SAELens's evals      L0, explained variance, CE loss recovered, KL
   8. reading a latent     its density, its top contexts, the tokens its decoder direction promotes
 
-An SAE here is a dict: its four float32 arrays W_enc [d_in, d_sae], b_enc [d_sae], W_dec [d_sae, d_in],
-b_dec [d_in], and "cfg", SAELens's cfg.json as a dict (d_in, d_sae, apply_b_dec_to_input,
-normalize_activations, metadata {hook_name, model_name, ...}). Its folder is plumbing/sae_files.py's.
+An SAE here is a dict: its four float32 arrays W_enc [d_in, d_sae], b_enc [d_sae], W_dec [d_sae, d_out],
+b_dec [d_out] (d_out = d_in but for a transcoder), threshold [d_sae] for a JumpReLU, W_skip [d_out, d_in] for a
+skip transcoder, and "cfg", SAELens's cfg.json as a dict (d_in, d_sae, apply_b_dec_to_input,
+normalize_activations, architecture, k..., metadata {hook_name, hook_name_out, model_name, ...}). Its folder is
+plumbing/sae_files.py's.
 Shapes: N tokens (a batch's positions, flattened), d_in the activation's width, d_sae the latents.
 """
 

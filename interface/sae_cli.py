@@ -7,8 +7,9 @@
     python sae.py encode   --sae SAE_DIR --text T [--k 5] [--json]
     python sae.py features --sae SAE_DIR --data FILE [--feature I] [--json] [--html F]
 
-Every command takes --model, --models-dir and --base-url; --sae is a folder or hf:owner/name/PATH from the
-Hub. A text is read in windows of --context tokens, <|endoftext|> first. Exit status: 0 done, 2 a user's
+Every command takes --model, --models-dir and --base-url, --center-writing-weights and --fold-ln (the model as
+TransformerLens's fold_ln leaves its blocks: for a transcoder trained on TransformerLens's ln2.hook_normalized);
+--sae is a folder or hf:owner/name/PATH from the Hub, of any architecture SAELens runs (docs/sae.md). A text is read in windows of --context tokens, <|endoftext|> first. Exit status: 0 done, 2 a user's
 mistake (one line on stderr, before any work where it can be), 130 interrupted: train then saves the steps
 done first, whole; nothing else is written unless the command ends well.
 """
