@@ -106,11 +106,14 @@ def test_without_fold_ln_a_transcoder_reads_another_activation(saes):
 @pytest.mark.parametrize("name", NAMES)
 def test_saelens_reads_back_what_save_sae_writes(saes, name, tmp_path):
     """tests/data/sae_arch/ours_NAME is what save_sae wrote when the golden was made, and SAELens's load_from_disk
-    read it back then as the same SAE (make_sae_arch_golden.py asserts it): save_sae still writes it."""
+    read it back then as the same SAE (make_sae_arch_golden.py asserts it): save_sae still writes it, and its
+    cfg.json is the one SAELens wrote (save_model's, or save_inference_model's for topk_saved and batchtopk)."""
     sae_files.save_sae(str(tmp_path / "s"), saes[name])
     theirs = os.path.join(FOLDERS, f"ours_{name}")
-    with open(tmp_path / "s" / "cfg.json") as a, open(os.path.join(theirs, "cfg.json")) as b:
-        assert json.load(a) == json.load(b)
+    with open(tmp_path / "s" / "cfg.json") as a, open(os.path.join(theirs, "cfg.json")) as b, \
+            open(os.path.join(FOLDERS, name, "cfg.json")) as c:
+        written = json.load(a)
+        assert written == json.load(b) == json.load(c)  # and what SAELens itself wrote (save_inference_model's)
     ours, _ = load_file(str(tmp_path / "s" / "sae_weights.safetensors"))
     kept, _ = load_file(os.path.join(theirs, "sae_weights.safetensors"))
     assert sorted(ours) == sorted(kept)
