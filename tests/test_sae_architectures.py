@@ -18,6 +18,7 @@ from plumbing.safetensors_reader import load_file
 
 GOLDEN = np.load(os.path.join(DATA, "sae_arch_golden.npz"))
 FOLDERS = os.path.join(DATA, "sae_arch")
+MODEL = os.path.join(DATA, "hf", "tiny")
 GOLDEN_TOKENS = np.load(os.path.join(DATA, "sae_golden.npz"))["tokens"]  # make_sae_golden.py's, the same windows
 NAMES = ("topk", "topk_saved", "jumprelu", "batchtopk", "transcoder", "skip_transcoder", "jumprelu_transcoder")
 
@@ -167,18 +168,24 @@ def test_a_transcoder_spliced_patches_and_attributes_through_its_input(tiny, sae
 
 # --- refusals ----------------------------------------------------------------------------------------------
 
-def test_a_transcoder_whose_hook_the_model_lacks_is_refused(tiny, saes):
+def test_a_transcoder_whose_hook_the_model_lacks_is_refused(tiny, saes, tmp_path, capsys):
+    """SAELens only warns and splices nothing: one line, exit 2, here."""
+    from conftest import in_process
+    from interface import gpt2_cli
+
     params, hparams = tiny
     elsewhere = {**saes["transcoder"], "cfg": {**saes["transcoder"]["cfg"], "metadata": {
         **saes["transcoder"]["cfg"]["metadata"], "hook_name_out": "blocks.7.hook_mlp_out"}}}
     with pytest.raises(UserError, match="blocks.7.hook_mlp_out"):
         S.check_fits(elsewhere, hparams)
     S.check_fits(saes["transcoder"], hparams)
+    sae_files.save_sae(str(tmp_path / "t"), elsewhere)
+    r = in_process(gpt2_cli.main, capsys, "hi there", "--score", "--sae", tmp_path / "t", "--model", MODEL)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "blocks.7.hook_mlp_out" in r.stderr, r.stderr
 
 
 # --- the commands, and OpenAI's TopK SAEs from the Hub -----------------------------------------------------
 
-MODEL = os.path.join(DATA, "hf", "tiny")
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 3
 
 
