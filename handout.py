@@ -177,6 +177,9 @@ EXERCISES = {
          [("dpo.py", "dpo_loss", "test_each_sequences_weight_is_minus_the_losss_derivative_by_its_logp")],
          ["test_sigmoid_norm_is_raschkas_per_token_average", "test_the_loss_every_metric_and_every_gradient_are_trls"],
          "dpo"),
+    40: ("TopK's encode: the k largest latents, without a sort",
+         [("sae.py", "topk_relu", "test_topk_keeps_k_and_needs_no_sort")],
+         ["test_encode_and_decode_equal_saelenss"], "topk"),
     41: ("JumpReLU's threshold gradient",
          [("sae.py", "jumprelu_backward", "test_jumprelu_backward_is_the_straight_through_estimator")],
          ["test_every_loss_term_and_every_gradient_equal_saelens",
@@ -201,6 +204,7 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "classify": "python evaluate.py classify FILE --model CLS",
          "q8_0": "python convert.py MODEL OUT.gguf --to gguf --gguf-type q8_0, then --model OUT.gguf",
          "sae": "sae.train_step and sae.encode on gathered activations (as python sae.py train runs them)",
+         "topk": "sae.encode with a TopK SAE (as python sae.py encode --sae DIR runs one)",
          "sae_jumprelu": "sae.training_step of a JumpReLU SAE (as python sae.py train --architecture jumprelu runs it)"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
@@ -221,7 +225,7 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
          "dla": (1, 2, 3, 9, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 9, 10, 11, 12, 16, 17, 27, 30),
          "classify": (1, 2, 3, 5, 9, 10, 11, 12, 34),
          "q8_0": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 35),
-         "sae": (1, 2, 3, 9, 10, 11, 12, 19, 36, 37, 38),
+         "sae": (1, 2, 3, 9, 10, 11, 12, 19, 36, 37, 38), "topk": (36, 40),
          "sae_jumprelu": (1, 2, 3, 9, 10, 11, 12, 19, 41)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test

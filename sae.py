@@ -7,7 +7,9 @@ spliced into the model exactly as SAELens 6.54.12 does it, with the backward pas
 An SAE reads one activation x (a residual stream, TransformerLens's name: blocks.L.hook_resid_pre) and
 writes it as a sum of few directions out of many (d_sae of them, d_sae >> d_in):
 
-  1. the SAE              encode: f = ReLU((x - b_dec) W_enc + b_enc),  decode: x̂ = f W_dec + b_dec
+  1. the SAE              encode: f = ReLU((x - b_dec) W_enc + b_enc),  decode: x̂ = f W_dec + b_dec; and every
+                          architecture SAELens runs: TopK, JumpReLU (a BatchTopK saved), transcoders, run-time
+                          normalisation (OpenAI's layer_norm)
   2. its loss             Σ_d (x̂ - x)², the mean over tokens, + C · Σ_i f_i ‖W_dec[i]‖, the mean over tokens
   3. its backward         by hand, beside the loss; Adam and clipping are optimizer.py's
   4. training             SAELens's initialisation, the L1 warm-up, one step
@@ -17,9 +19,11 @@ writes it as a sum of few directions out of many (d_sae of them, d_sae >> d_in):
   7. SAELens's evals      L0, explained variance, CE loss recovered, KL
   8. reading a latent     its density, its top contexts, the tokens its decoder direction promotes
 
-An SAE here is a dict: its four float32 arrays W_enc [d_in, d_sae], b_enc [d_sae], W_dec [d_sae, d_in],
-b_dec [d_in], and "cfg", SAELens's cfg.json as a dict (d_in, d_sae, apply_b_dec_to_input,
-normalize_activations, metadata {hook_name, model_name, ...}). Its folder is plumbing/sae_files.py's.
+An SAE here is a dict: its four float32 arrays W_enc [d_in, d_sae], b_enc [d_sae], W_dec [d_sae, d_out],
+b_dec [d_out] (d_out = d_in but for a transcoder), threshold [d_sae] for a JumpReLU, W_skip [d_out, d_in] for a
+skip transcoder, and "cfg", SAELens's cfg.json as a dict (d_in, d_sae, apply_b_dec_to_input,
+normalize_activations, architecture, k..., metadata {hook_name, hook_name_out, model_name, ...}). Its folder is
+plumbing/sae_files.py's.
 Shapes: N tokens (a batch's positions, flattened), d_in the activation's width, d_sae the latents.
 """
 
@@ -598,20 +602,29 @@ def check_site(site, hparams):
 def gather(ids, params, hparams, site, hooks=None):
     """The activation at a hook point for a batch of windows: the forward pass of the blocks up to the
     hook's layer only (the later ones cannot change it), through look_inside's hooks (and `hooks`, such as
-    centring_hooks, before it is read).   ids [B, T] -> [B, T, d] float32"""
+    centring_hooks, before it is read). site: a hook point, or a list of them (-> a list of arrays).
+    ids [B, T] -> [B, T, d] float32"""
     ids = checked_ids(np.atleast_2d(ids), params)
-    check_site(site, hparams)
-    kept, before = {}, (hooks or {}).get(site) or (lambda x, name: None)
+    sites = [site] if isinstance(site, str) else list(site)
+    for name in sites:
+        check_site(name, hparams)
+    hooks, kept = hooks or {}, {}
 
-    def keep(x, name):
-        changed = before(x, name)  # None: x as it is
-        x = x if changed is None else changed
-        kept[name] = np.array(x, dtype=np.float32)  # a copy: the forward pass goes on with x
-        return x
+    def keeping(name):
+        before = hooks.get(name) or (lambda x, name: None)
 
-    first = {**params, "blocks": params["blocks"][:site_layer(site, hparams["n_layer"]) + 1]}
-    gpt2_hidden(ids, first, hparams, hook=model_hook({**(hooks or {}), site: keep}))
-    return kept[site]
+        def keep(x, name):
+            changed = before(x, name)  # None: x as it is
+            x = x if changed is None else changed
+            kept[name] = np.array(x, dtype=np.float32)  # a copy: the forward pass goes on with x
+            return x
+
+        return keep
+
+    last = max(site_layer(name, hparams["n_layer"]) for name in sites)
+    first = {**params, "blocks": params["blocks"][:last + 1]}
+    gpt2_hidden(ids, first, hparams, hook=model_hook({**hooks, **{name: keeping(name) for name in sites}}))
+    return kept[site] if isinstance(site, str) else [kept[name] for name in sites]
 
 
 def windows(ids, context, eot):
@@ -652,6 +665,14 @@ def fold_scaling_factor(sae, factor):
     return folded
 
 
+def fold_decoder_norms(sae):
+    """A TopK SAE trained with rescale_acts_by_decoder_norm as SAELens's save_inference_model writes it: each decoder
+    row made unit length, its norm n_i moved into the encoder (W_enc · n, b_enc · n, W_dec / n). It ranks h·n and
+    decodes (f / n) W_dec as before, now with n = 1."""
+    n = np.maximum(decoder_norms(sae["W_dec"]), np.float32(1e-8))  # SAELens's get_W_dec_norm clamps
+    return {**sae, "W_enc": sae["W_enc"] * n, "b_enc": sae["b_enc"] * n, "W_dec": sae["W_dec"] / n[:, None]}
+
+
 # ============================================================================
 # 6. Splicing the SAE into the model
 # ============================================================================
@@ -661,40 +682,52 @@ def hook_name(sae):
     return sae["cfg"].get("metadata", {}).get("hook_name")
 
 
+def hook_name_out(sae):
+    """The hook point an SAE writes: a transcoder's metadata.hook_name_out, else the one it reads (SAELens's
+    add_sae)."""
+    return sae["cfg"].get("metadata", {}).get("hook_name_out") or hook_name(sae)
+
+
 def check_fits(sae, hparams, site=None):
-    """The SAE's d_in must be the width of its hook point's activation. -> the hook point"""
+    """The SAE's d_in must be the width of its hook point's activation, and a transcoder's d_out the width of the
+    one it writes (SAELens only warns, and splices nothing, where the model lacks one: refused here).
+    -> the hook point it reads"""
     site = site or hook_name(sae)
     if not site:
         raise UserError("the SAE names no hook point (its cfg.json's metadata has no hook_name)")
-    width = check_site(site, hparams)
-    if sae["cfg"]["d_in"] != width:
-        raise UserError(f"the SAE reads {sae['cfg']['d_in']} numbers a token but {site} has {width}: "
-                        "it was trained on another model or hook point")
+    out = hook_name_out(sae) if site == hook_name(sae) else site
+    for name, key, verb in ((site, "d_in", "reads"), (out, "d_out", "writes")):
+        width = check_site(name, hparams)
+        if sae["cfg"].get(key, sae["cfg"]["d_in"]) != width:
+            raise UserError(f"the SAE {verb} {sae['cfg'].get(key, sae['cfg']['d_in'])} numbers a token but {name} has "
+                            f"{width}: it was trained on another model or hook point")
     return site
 
 
 def splice(sae, use_error_term=False, mask=None):
-    """The SAE at its hook point, for look_inside's run_with_cache and run_with_hooks (sae=...): the
-    activation x [B, T, d] goes on as x̂, or with use_error_term as x̂ + (x - x̂), so that the model's output
-    is unchanged and the latents can be read. mask [B, T]: where to splice (elsewhere x goes on: SAELens's
-    evals leave <|endoftext|> alone). -> (the hook's name, fn(x, unhooked=None) -> (what goes on, {SAELens's
-    names: arrays}), fn's backward grad(x, g) -> dx). unhooked: the activation before a hook on the SAE's
-    input (SAELens's hook_sae_input) changed it to x: the error term is its own, x - x̂ taken there, as SAELens
-    takes it with the SAE's hooks off."""
-    site = hook_name(sae)
+    """The SAE at its hook point, for look_inside's run_with_cache and run_with_hooks (sae=...): the activation
+    there goes on as the SAE's output (forward: x̂, de-normalised, plus W_skip x for a skip transcoder), or with
+    use_error_term as that plus the error term, so that the model's output is unchanged and the latents can be
+    read. A transcoder reads its input at hook_name and writes at hook_name_out. mask [B, T]: where to splice
+    (elsewhere the model's activation goes on: SAELens's evals leave <|endoftext|> alone).
+    -> (the hook it writes, fn(x, unhooked=None, original=None) -> (what goes on, {SAELens's names: arrays}),
+    fn's backward grad(x, g) -> dx, the hook it reads). x: what the SAE encodes; unhooked: that input before a
+    hook on it (SAELens's hook_sae_input) changed it; original: the model's activation where the SAE writes
+    (default unhooked). The error term is original - the SAE's output for unhooked, as SAELens takes it with the
+    SAE's hooks off. (SAELens's run_with_saes drops a skip transcoder's W_skip x: here it is spliced whole.)"""
+    site = hook_name_out(sae)
 
-    def run(x, unhooked=None):
+    def run(x, unhooked=None, original=None):
         unhooked = x if unhooked is None else unhooked
-        h = encode_pre(x, sae)
-        f = np.maximum(h, 0.0)
-        x_hat = decode(f, sae)
-        if use_error_term:  # the error term: x - x̂ where the model made x, before any hook on the SAE's input
-            error = unhooked - (x_hat if unhooked is x else decode(encode(unhooked, sae), sae))
-        out = x_hat + error if use_error_term else x_hat
+        original = unhooked if original is None else original
+        out, f, h = forward(x, sae)
+        if use_error_term:  # the error term: where the model made it, before any hook on the SAE's input
+            error = original - (out if unhooked is x else forward(unhooked, sae)[0])
+            out = out + error
         if mask is not None:
-            out = np.where(mask[..., None], out, unhooked)
+            out = np.where(mask[..., None], out, original)
         latents = {"hook_sae_input": x, "hook_sae_acts_pre": h, "hook_sae_acts_post": f,
-                   "hook_sae_recons": x_hat, "hook_sae_output": out}
+                   "hook_sae_recons": decode(f, sae), "hook_sae_output": out}
         if use_error_term:
             latents["hook_sae_error"] = error
         return out, {f"{site}.{k}": v for k, v in latents.items()}
@@ -703,15 +736,46 @@ def splice(sae, use_error_term=False, mask=None):
         dx = input_grad(x, g, sae)
         return dx if mask is None else np.where(mask[..., None], dx, g)
 
-    return site, run, grad
+    return site, run, grad, hook_name(sae)
+
+
+def normalize_backward(x, dx_n, stats_grads, sae):
+    """normalize's backward, with what the de-normalisation's statistics got back (SAELens's autograd takes μ and σ,
+    or ‖x‖, with their gradients, in and out). dx_n [..., d_in]: the gradient of x'; stats_grads: (dscale, dshift)
+    [..., 1] from denormalize (or zeros). -> dx [..., d_in]"""
+    how, d = sae["cfg"].get("normalize_activations", "none"), x.shape[-1]
+    dscale, dshift = stats_grads
+    if how == "layer_norm":  # x' = c / (σ + ε), c = x - μ, σ = √(Σ c² / (d - 1)); out = y σ + μ
+        c = x - x.mean(-1, keepdims=True)
+        sigma = np.sqrt((c * c).sum(-1, keepdims=True) / (d - 1))
+        denominator = sigma + np.float32(LAYER_NORM_EPS)
+        dsigma = dscale - (dx_n * c).sum(-1, keepdims=True) / denominator ** 2
+        dc = dx_n / denominator + dsigma * c / ((d - 1) * sigma)
+        return dc - dc.mean(-1, keepdims=True) + dshift / d
+    if how == "constant_norm_rescale":  # x' = x / s, s = ‖x‖ / √d; out = y s
+        s = np.sqrt((x * x).sum(-1, keepdims=True) / d)
+        ds = dscale - (dx_n * x).sum(-1, keepdims=True) / s ** 2
+        return dx_n / s + ds * x / (s * d)
+    return dx_n
 
 
 def input_grad(x, g, sae):
-    """The backward of the spliced SAE for its input, as SAELens's autograd takes it: through x̂ alone, with
-    or without the error term (SAELens computes x - x̂ under torch.no_grad: a constant to the gradient).
-    x̂ = ReLU((x - a b_dec) W_enc + b_enc) W_dec + b_dec:   dx = ((g W_decᵀ) ⊙ [h > 0]) W_encᵀ
-    x, g [..., d_in] (g: the gradient of what went on) -> dx [..., d_in]"""
-    return ((g @ sae["W_dec"].T) * (encode_pre(x, sae) > 0)) @ sae["W_enc"].T
+    """The backward of the spliced SAE for its input, as SAELens's autograd takes it: through its output alone,
+    with or without the error term (SAELens computes it under torch.no_grad: a constant to the gradient).
+    out = denormalize(act(h) W_dec + b_dec) + x W_skipᵀ:   dh = (dy W_decᵀ) ⊙ [f > 0] (a TopK's 1/n and n cancel),
+    dx' = dh W_encᵀ, then through the normalisation (normalize_backward).
+    x [..., d_in], g [..., d_out] (g: the gradient of what went on) -> dx [..., d_in]"""
+    x_n, stats = normalize(x, sae)
+    h = encode_pre(x, sae)
+    f = activation(h, sae)
+    dy, dstats = g, (0.0, 0.0)
+    if stats is not None and not is_transcoder(sae):  # out = y · scale (+ shift): y's gradient, the stats'
+        scale, shift = stats
+        dy = g * scale
+        y = decode(f, sae)
+        dstats = ((g * y).sum(-1, keepdims=True), g.sum(-1, keepdims=True) if shift is not None else 0.0)
+    dx = normalize_backward(x, ((dy @ sae["W_dec"].T) * (f > 0)) @ sae["W_enc"].T, dstats, sae)
+    return dx + g @ sae["W_skip"] if "W_skip" in sae else dx
 
 
 def run_with_sae(ids, params, hparams, sae, use_error_term=False, hooks=None):
@@ -736,6 +800,37 @@ def centring_hooks(n_layer):
     return dict.fromkeys(writes, centre)
 
 
+def fold_layer_norms(params):
+    """The model as TransformerLens's fold_ln leaves its blocks: each ln_1's and ln_2's gain g and bias b moved into
+    the weights that read them, c_attn and c_fc (w' = diag(g) w, b' = b_w + b w), so that each layer norm's output is
+    x̂ = (x - μ) / σ, which TransformerLens names ln1/ln2.hook_normalized in every model, folded or not. The logits
+    do not change (but for rounding); ln_f is left as it is, the unembedding being tied to wte. An SAE or transcoder
+    trained on TransformerLens's blocks.L.ln2.hook_normalized reads here what it read there (--fold-ln)."""
+    blocks = []
+    for block in params["blocks"]:
+        block = dict(block)
+        for ln, layer, inside in (("ln_1", "c_attn", "attn"), ("ln_2", "c_fc", "mlp")):
+            g, b = block[ln]["g"], block[ln]["b"]
+            w = block[inside][layer]["w"]
+            folded = {**block[inside][layer], "w": (g[:, None] * w).astype(np.float32),
+                      "b": (block[inside][layer]["b"] + b @ w).astype(np.float32)}
+            block[inside] = {**block[inside], layer: folded}
+            block[ln] = {"g": np.ones_like(g), "b": np.zeros_like(b)}
+        blocks.append(block)
+    return {**params, "blocks": blocks}
+
+
+def latent_writes(x, f, sae):
+    """What each latent writes into the output, as coefficients of the decoder's rows: c W_dec is the latents' share
+    of the SAE's output (b_dec's, μ's and W_skip x's are no latent's). c = f, over ‖W_dec[i]‖ for a TopK's rescale,
+    times the token's σ (or ‖x‖ / √d_in) where the output is de-normalised.
+    x [N, d_in] the SAE's input, f [N, d_sae] -> (c [N, d_sae], W_dec [d_sae, d_out])"""
+    if rescaled(sae):
+        f = f * (1 / decoder_norms(sae["W_dec"]))
+    stats = None if is_transcoder(sae) else normalize(x, sae)[1]
+    return (f if stats is None else f * stats[0]), sae["W_dec"]
+
+
 # ============================================================================
 # 7. SAELens's evals
 # ============================================================================
@@ -748,15 +843,16 @@ def kl_divergence(clean, other):
 
 def evaluate_batch(rows, params, hparams, sae, special, hooks=None):
     """One batch of SAELens's evals, per token, over positions whose token is not in `special`
-    (exclude_special_tokens): -> {name: the per-token values kept}, and the activations' sums."""
-    site, hooks = hook_name(sae), hooks or {}
+    (exclude_special_tokens): -> {name: the per-token values kept}, and the activations' sums. A transcoder's
+    explained variance is its output's, of the activation where it writes (which the ablation zeroes)."""
+    site, out, hooks = hook_name(sae), hook_name_out(sae), hooks or {}
     mask = ~np.isin(rows, list(special))  # [B, T]
-    x = gather(rows, params, hparams, site, hooks)[mask]  # [n, d]
-    f = encode(x, sae)
-    x_hat = decode(f, sae)
+    x, target = (a[mask] for a in gather(rows, params, hparams, [site, out], hooks))  # [n, d_in], [n, d_out]
+    x_hat, f, _ = forward(x, sae)
+    x = target  # what the SAE is to rebuild: its input, or a transcoder's output activation
     runs = {"without_sae": run_with_hooks(rows, params, hparams, hooks),  # log-probabilities, once a run
             "with_sae": run_with_hooks(rows, params, hparams, hooks, sae=splice(sae, mask=mask)),
-            "with_ablation": run_with_hooks(rows, params, hparams, {**hooks, site: lambda a, name: np.zeros_like(a)})}
+            "with_ablation": run_with_hooks(rows, params, hparams, {**hooks, out: lambda a, name: np.zeros_like(a)})}
     runs = {k: log_softmax(v) for k, v in runs.items()}
     predicts = mask[:, :-1]  # CE: the positions that predict a next token, from a kept token
     per_token = {"l0": (f != 0).sum(-1).astype(np.float64)}
@@ -800,7 +896,8 @@ def evaluate(rows, params, hparams, sae, special, batch=8, progress=None, hooks=
 
 def logit_effects(sae, wte, i, k=10):
     """The tokens latent i's decoder direction promotes and suppresses through the unembedding:
-    W_dec[i] · wteᵀ. -> (top ids [k], their values, bottom ids [k], their values)"""
+    W_dec[i] · wteᵀ (a transcoder's W_dec[i] is what it writes at its output hook). -> (top ids [k], their values,
+    bottom ids [k], their values)"""
     effect = wte @ sae["W_dec"][i]  # [V]
     order = np.argsort(-effect, kind="stable")
     return order[:k], effect[order[:k]], order[::-1][:k], effect[order[::-1][:k]]

@@ -7,8 +7,9 @@
     python sae.py encode   --sae SAE_DIR --text T [--k 5] [--json]
     python sae.py features --sae SAE_DIR --data FILE [--feature I] [--json] [--html F]
 
-Every command takes --model, --models-dir and --base-url; --sae is a folder or hf:owner/name/PATH from the
-Hub. A text is read in windows of --context tokens, <|endoftext|> first. Exit status: 0 done, 2 a user's
+Every command takes --model, --models-dir and --base-url, --center-writing-weights and --fold-ln (the model as
+TransformerLens's fold_ln leaves its blocks: for a transcoder trained on TransformerLens's ln2.hook_normalized);
+--sae is a folder or hf:owner/name/PATH from the Hub, of any architecture SAELens runs (docs/sae.md). A text is read in windows of --context tokens, <|endoftext|> first. Exit status: 0 done, 2 a user's
 mistake (one line on stderr, before any work where it can be), 130 interrupted: train then saves the steps
 done first, whole; nothing else is written unless the command ends well.
 """
@@ -24,8 +25,8 @@ import numpy as np
 
 import sae as S
 from interface import loading
-from interface.options import (CENTRED_HELP, at_least, check_page_folder, model_flags, number, threads_flag,
-                               user_message)
+from interface.options import (CENTRED_HELP, FOLD_LN_HELP, at_least, check_page_folder, folded, model_flags, number,
+                               threads_flag, user_message)
 from plumbing import sae_files
 from plumbing.errors import (Terminated, UserError, ctrl_c_waits, exit_status, fail, given_flags, plural, read_json,
                              read_text)
@@ -45,6 +46,7 @@ def common(p, data=True):
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress")
     p.add_argument("--center-writing-weights", action="store_true", help=CENTRED_HELP)
+    p.add_argument("--fold-ln", action="store_true", help=FOLD_LN_HELP)
     if data:
         p.add_argument("--data", required=True, metavar="FILE", help="a UTF-8 text")
 
@@ -244,7 +246,8 @@ def model(args):
     """-> (encoder, hparams, params, the hooks that run it as --center-writing-weights asks)"""
     load = loading.load_body if args.command in ACTIVATIONS_ONLY else loading.load_model  # loading.py says why
     encoder, hparams, params = load(args.model, args.models_dir, args.base_url, quiet=args.quiet)
-    return encoder, hparams, params, S.centring_hooks(hparams["n_layer"]) if args.center_writing_weights else {}
+    hooks = S.centring_hooks(hparams["n_layer"]) if args.center_writing_weights else {}
+    return encoder, hparams, folded(args, params), hooks
 
 
 def text_windows(encoder, path, context, params):
@@ -510,9 +513,9 @@ def encode(args):
     sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
     site = S.check_fits(sae, hparams)
     ids = np.array([encoder.eot] + encoder.encode(args.text))[None, :params["wpe"].shape[0]]
-    x = S.gather(ids, params, hparams, site, hooks)[0]
-    f = S.encode(x, sae)
-    error = ((S.decode(f, sae) - x) ** 2).sum(-1)
+    x, target = (a[0] for a in S.gather(ids, params, hparams, [site, S.hook_name_out(sae)], hooks))
+    x_hat, f, _ = S.forward(x, sae)
+    error = ((x_hat - target) ** 2).sum(-1)  # a transcoder's: against the activation where it writes
     tokens = [encoder.decode([int(t)]) for t in ids[0]]
     positions = []
     for row, err in zip(f, error):

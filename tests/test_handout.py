@@ -300,6 +300,15 @@ for step in range(3):
     losses = sae.train_step(x, s, state, 1e-2, sae.l1_coefficient(step, 1.0, 2))
 print({k: round(v, 5) for k, v in losses.items()}, round(float(sae.encode(x, s).sum()), 4))
 """
+TOPK = """import os
+import numpy as np
+import sae
+from plumbing import sae_files
+s = sae_files.load_sae(os.path.join("tests", "data", "sae_arch", "topk"))
+x = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32) * 3
+f = sae.encode(x, s)
+print((f > 0).sum(-1).tolist(), round(float(f.sum()), 4))
+"""
 SAE_JUMPRELU = """import sae
 from interface import loading
 encoder, hp, params = loading.load_model("model")
@@ -360,6 +369,7 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "classify": ["evaluate.py", "classify", "labelled.jsonl", "--model", "classifier", "--json", "--quiet"],
     "q8_0": ["-c", Q8_0],
     "sae": ["-c", SAE],
+    "topk": ["-c", TOPK],
     "sae_jumprelu": ["-c", SAE_JUMPRELU],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
@@ -403,6 +413,9 @@ WRONG = {
     "quantize_block": "d = np.max(np.abs(x)) / np.float32(127)\ninverse = np.float32(1) / d if d else np.float32(0)\n"
                       "return np.float16(d), (x * inverse).astype(np.int8)",  # truncated toward zero, not rounded
     "encode_pre": "return x @ sae['W_enc'] + sae['b_enc']",  # b_dec not taken away first
+    "topk_relu": "top = np.argpartition(np.abs(h), -k, axis=-1)[..., -k:]\nf = np.zeros_like(h)\n"
+                 "np.put_along_axis(f, top, np.maximum(np.take_along_axis(h, top, -1), 0.0), -1)\nreturn f",
+    # the k largest in size, not in value: a strongly negative latent takes a place, and fires as 0
     "mse_loss": "return float(((x_hat - x) ** 2).mean())",  # the mean over the width too: d_in times too small
     "activation_grads": "ids = checked_ids(ids, params)\n"
                         "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"
