@@ -1,8 +1,10 @@
 """The command line of sae.py: train an SAE, evaluate it as SAELens does, encode a text, read its features.
 
-    python sae.py train    --site HOOK (--data FILE | --activations FILE.npy) --d-sae N --l1 C --tokens K --out DIR
-                           [--lr 3e-4] [--batch-tokens 4096] [--context 128] [--l1-warm-up W] [--seed S]
-                           [--init SAE_DIR] [--normalize none|expected_average_only_in]
+    python sae.py train    --site HOOK (--data FILE | --activations FILE.npy) --d-sae N --tokens K --out DIR
+                           [--architecture standard|topk|batchtopk|jumprelu] [its flags: --l1 C, --k K, ...]
+                           [--lr 3e-4] [--batch-tokens 4096] [--context 128] [--seed S] [--init SAE_DIR]
+                           [--normalize-activations none|expected_average_only_in|constant_norm_rescale|layer_norm]
+    python sae.py train    --out DIR --resume                   go on with a run stopped by Ctrl-C, bit for bit
     python sae.py eval     --sae SAE_DIR --data FILE [--json]
     python sae.py encode   --sae SAE_DIR --text T [--k 5] [--json]
     python sae.py features --sae SAE_DIR --data FILE [--feature I] [--json] [--html F]
