@@ -223,6 +223,19 @@ def test_ctrl_c_saves_the_steps_done_and_resume_continues_bit_for_bit(data, tmp_
     assert sorted(os.listdir(tmp_path)) == ["stopped", "straight"]
 
 
+def test_ctrl_c_before_a_step_is_done_writes_nothing(data, tmp_path, capsys, monkeypatch):
+    import sae as S
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(S, "training_step", ctrl_c)
+    r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--tokens", "128", "--architecture", "topk", "--k",
+                     "3", "--out", tmp_path / "out")
+    assert r.returncode == 130 and "interrupted before a step was done: nothing was saved" in r.stderr, r.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_resume_refuses_another_run_and_says_when_there_is_nothing_to_do(data, tmp_path, capsys):
     out = tmp_path / "out"
     assert sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--tokens", "128", "--l1", "1", "--out",
