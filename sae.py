@@ -399,7 +399,7 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
         df = dg / n
     else:
         df = dg
-    dh = np.zeros_like(h)
+    dh = None  # the sparsity losses' gradient to h, where there is one
     if arch == "standard":
         c = np.float32(coefficient / N)
         losses["l1_loss"] = float(coefficient * (f @ n).mean())
@@ -412,7 +412,7 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
                                                     settings["aux_loss_coefficient"])
             losses["auxiliary_reconstruction_loss"] = aux
             dW_dec += dW
-            dh += dh_aux
+            dh = dh_aux
             dn += dn_aux
     else:  # the sparsity losses' gradients first: tanh's adds to df, which JumpReLU's backward then takes
         dh, dtheta = jumprelu_sparsity_backward(h, f, passes, theta, n, dn, df, dead, settings, coefficient, losses)
@@ -420,8 +420,8 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
                                            settings["jumprelu_ste_to_input"])
         dh += d_act
         dtheta += d_theta
-    if arch != "jumprelu":
-        dh += df * passes  # through the activation: where a latent passed, its input's gradient is its own
+    if arch != "jumprelu":  # through the activation: where a latent passed, its input's gradient is its own
+        dh = df * passes if dh is None else dh + df * passes
     losses["loss"] = sum(v for k, v in losses.items() if k.endswith("_loss"))
     losses["l0"] = float(np.count_nonzero(f) / N)
     if rescale:
