@@ -361,8 +361,9 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
       C mean_t Σ_i tanh(s f_i n_i)) and pre_act_loss (c mean_t Σ_i ReLU(θ_i - h_i) n_i over dead latents).
 
     JumpReLU's step has no derivative in θ (0, or infinite at h = θ): SAELens's straight-through estimator
-    puts in its place the rectangle kernel of width ε (jumprelu_bandwidth): ∂[h > θ]/∂θ ≈ -(1/ε) rect((h - θ)/ε),
-    so ∂f/∂θ ≈ -(θ/ε) rect((h - θ)/ε); to the input h, nothing more (or its negative, with jumprelu_ste_to_input).
+    puts in its place the rectangle kernel of width ε (jumprelu_bandwidth):
+    ∂[h > θ]/∂θ ≈ -(1/ε) rect((h - θ)/ε), so ∂f/∂θ ≈ -(θ/ε) rect((h - θ)/ε); to the input h, nothing more
+    (or the same with its sign turned, with jumprelu_ste_to_input).
     -> (losses {SAELens's names, "loss", "l0"}, grads {name: array}, f [N, d_sae])"""
     arch, cfg = settings["architecture"], sae["cfg"]
     N = x.shape[0]
@@ -459,7 +460,7 @@ def jumprelu_backward(h, theta, df, bandwidth, ste_to_input=False):
     """The backward of f = h · [h > θ] (JumpReLU, in training), by SAELens's straight-through estimator. The step
     [h > θ] has no useful derivative in θ (0 everywhere but at h = θ), so the rectangle kernel of width ε stands
     in for its spike: ∂f/∂θ ≈ -(θ/ε) rect((h - θ)/ε), rect(u) = 1 on (-1/2, 1/2):
-        dθ = -Σ_tokens (θ/ε) rect((h - θ)/ε) df;   dh = df [h > θ]  (+ (θ/ε) rect((h - θ)/ε) df with ste_to_input)
+        dθ = -Σ_tokens (θ/ε) rect((h - θ)/ε) df;   dh = df [h > θ]  (+ (θ/ε) rect((h - θ)/ε) df, ste_to_input)
     h, df [N, d_sae], θ [d_sae] -> (dh [N, d_sae], dθ [d_sae])"""
     ste = (theta / np.float32(bandwidth)) * rectangle((h - theta) / np.float32(bandwidth)) * df
     dh = df * (h > theta)

@@ -6,8 +6,8 @@
     python bench/bench_sae.py --gather --model models/baby --site blocks.2.hook_resid_pre
 
 A step is SAELens's trainer's: training_forward_pass (encode, decode, the architecture's losses), backward,
-clip_grad_norm_ to 1, Adam. Ours is sae.train_step (standard) or sae.training_step. SAELens runs in a process of its own (--torch-python: a
-Python with torch and sae-lens), on --threads threads (torch.set_num_threads; ours: BLAS's); both start from
+clip_grad_norm_ to 1, Adam. Ours is sae.train_step (standard) or sae.training_step. SAELens runs in a process of
+its own (--torch-python: a Python with torch and sae-lens), on --threads threads (torch.set_num_threads; ours: BLAS's); both start from
 the same SAELens-initialised SAE (written once to bench/out/) and take the same batches of --batch-tokens
 random activations, ours then theirs, --steps times after one warm-up step each; each figure is a median,
 and the first step's losses must agree (within 1e-4) or the bench stops.

@@ -118,8 +118,9 @@ def train_parser(commands):
                                                                    "(default: none)")
     a.add_argument("--jumprelu-ste-to-input", type=true_or_false, metavar="true|false",
                    help="the pseudo-derivative to h too (default false)")
-    t.add_argument("--dead-feature-window", type=at_least(0), help="steps without firing that make a latent dead, "
-                                                                   "for AuxK and the pre-activation loss (default 1000)")
+    t.add_argument("--dead-feature-window", type=at_least(0),
+                   help="steps without firing that make a latent dead, for AuxK and the pre-activation loss "
+                        "(default 1000)")
     common(t, data=False)
     return t
 
@@ -461,8 +462,8 @@ def save(out, sae, settings, state, factor, log, config):
     arrays |= {f"m/{k}": a for k, a in state["m"].items()} | {f"v/{k}": a for k, a in state["v"].items()}
     buffer = io.BytesIO()
     np.savez(buffer, step=np.int64(state["step"]), since_fired=state["since_fired"],
-             topk_threshold=np.float64(state["topk_threshold"]), factor=np.float64(np.nan if factor is None else factor),
-             **arrays)
+             topk_threshold=np.float64(state["topk_threshold"]),
+             factor=np.float64(np.nan if factor is None else factor), **arrays)
     lines = "".join(json.dumps(entry) + "\n" for entry in log)
     sae_files.save_sae(out, inference, {LOG_FILE: lines, CONFIG_FILE: json.dumps(config, indent=1),
                                         STATE_FILE: buffer.getvalue()})
@@ -527,8 +528,8 @@ def encode(args):
     if args.json:
         print(json.dumps({"tokens": tokens, "positions": positions}))
         return
-    print(f"{'token':<16} {'‖x - x̂‖²':<10} the largest latents, index:value  (‖x - x̂‖²: the SAE's squared error at "
-          "the position, summed over d_in)")
+    print(f"{'token':<16} {'‖x - x̂‖²':<10} the largest latents, index:value  (‖x - x̂‖²: the SAE's squared "
+          "error at the position, summed over d_in)")
     for token, p in zip(tokens, positions):
         latents = "  ".join(f"{i}:{v:.3g}" for i, v in zip(p["ids"], p["values"])) or "(none)"
         print(f"{token!r:<16} {p['error']:<10.4g} {latents}")

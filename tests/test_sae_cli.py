@@ -157,7 +157,8 @@ NEW = ["train", "--site", HOOK, "--d-sae", "16", "--batch-tokens", "64", "--cont
     (["--architecture", "topk", "--k", "17", "--tokens", "64"], "--k 17 is more than the --d-sae 16 latents"),
     (["--architecture", "topk", "--k", "2.5", "--tokens", "64"], "--k must be a whole number for topk"),
     (["--architecture", "batchtopk", "--k", "inf", "--tokens", "64"], "--k must be a finite number above 0"),
-    (["--architecture", "batchtopk", "--topk-threshold-lr", "1.5", "--tokens", "64"], "must be a finite number in [0, 1]"),
+    (["--architecture", "batchtopk", "--topk-threshold-lr", "1.5", "--tokens", "64"],
+     "must be a finite number in [0, 1]"),
     (["--architecture", "topk", "--aux-loss-coefficient", "-1", "--tokens", "64"], "--aux-loss-coefficient must be"),
     (["--architecture", "topk", "--rescale-acts-by-decoder-norm", "yes", "--tokens", "64"], "must be true or false"),
     (["--architecture", "jumprelu", "--jumprelu-bandwidth", "0", "--tokens", "64"], "--jumprelu-bandwidth must be"),
@@ -209,7 +210,8 @@ def test_ctrl_c_saves_the_steps_done_and_resume_continues_bit_for_bit(data, tmp_
 
     monkeypatch.setattr(S, "training_step", ctrl_c_in_step_4)
     r = sae_cli_main(capsys, *run_flags, "--out", tmp_path / "stopped")
-    assert r.returncode == 130 and f"interrupted: saved step 3 in {tmp_path / 'stopped'}; --resume continues" in r.stderr
+    said = f"interrupted: saved step 3 in {tmp_path / 'stopped'}; --resume continues"
+    assert r.returncode == 130 and said in r.stderr, r.stderr
     assert len((tmp_path / "stopped" / "train_log.jsonl").read_text().splitlines()) == 3
     monkeypatch.setattr(S, "training_step", step)
     r = sae_cli_main(capsys, "train", "--out", tmp_path / "stopped", "--resume", "--quiet")

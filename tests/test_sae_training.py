@@ -98,8 +98,9 @@ def as64(sae):
                                   "standard_layer_norm", "standard_constant_norm"])
 def test_the_backward_matches_finite_differences_where_a_derivative_exists(name):
     """TopK's and BatchTopK's choice is constant near a point (ties aside): their losses have true derivatives
-    (AuxK's residual is held constant, as SAELens detaches it: its own test follows). JumpReLU's have them in the weights (f = h [h > θ] is h's, or 0, away from h = θ), and
-    without jumprelu_ste_to_input the input's gradient is that true one; in θ the step's derivative is 0 and
+    (AuxK's residual is held constant, as SAELens detaches it: its own test follows). JumpReLU's have them in
+    the weights (f = h [h > θ] is h's, or 0, away from h = θ), and without jumprelu_ste_to_input the input's
+    gradient is that true one; in θ the step's derivative is 0 and
     the estimator is not a derivative of anything, so θ's is checked with ε so narrow that no rectangle holds a
     pre-activation: what is left is the pre-activation loss's true derivative."""
     sae, settings, coefficient = case(name, np.float64)
