@@ -276,3 +276,13 @@ def test_dla_by_latent_counts_a_topks_rescale_and_its_layer_norm(tiny, saes):
     whole = circuits.dla_component(cache[f"{site}.hook_sae_output"], scale, direction).mean()
     assert latents.sum() + rest == pytest.approx(whole, abs=1e-4)
     assert np.count_nonzero(latents) > 0
+
+
+def test_features_of_an_sae_inside_the_mlp_have_no_logit_effects(tiny):
+    """A latent that writes an MLP's hidden layer (4C wide) promotes no token directly: none are listed (they
+    were a shape error)."""
+    params, hparams = tiny
+    sae = S.new_sae(32, 16, metadata={"hook_name": "blocks.0.mlp.hook_post"})
+    acts = S.gather(GOLDEN_TOKENS[:1], params, hparams, "blocks.0.mlp.hook_post")
+    [read] = S.read_features(GOLDEN_TOKENS[:1], acts, sae, params["wte"], [3])
+    assert read["promotes"] == [] and read["suppresses"] == [] and read["density"] > 0
