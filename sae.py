@@ -915,12 +915,13 @@ def top_activations(f, k):
 
 def read_features(rows, acts, sae, wte, features, k=10):
     """For each latent in `features`: its firing density (over every position), its top-activating
-    (window, position)s, and its logit effects. acts [W, T, d] at its hook point."""
+    (window, position)s, and its logit effects (none where the SAE writes something not the residual stream's
+    width, an MLP's hidden layer). acts [W, T, d] at its hook point."""
     f = encode(acts.reshape(-1, acts.shape[-1]), sae)[:, features].reshape(*acts.shape[:2], len(features))
-    out = []
+    out, effects = [], sae["W_dec"].shape[1] == wte.shape[1]
     for j, i in enumerate(features):
         values, where = top_activations(f[..., j], k)
-        up, up_v, down, down_v = logit_effects(sae, wte, i, k)
+        up, up_v, down, down_v = logit_effects(sae, wte, i, k) if effects else (np.zeros(0),) * 4
         out.append({"feature": int(i), "density": float((f[..., j] > 0).mean()),
                     "top": [(float(v), w, t) for v, (w, t) in zip(values, where)],
                     "promotes": list(zip(up.tolist(), up_v.tolist())),

@@ -161,8 +161,11 @@ def run(args):
 
 def spliced_line(args, sae):
     """The table's first line when the model is not as it came: what is spliced in."""
-    what = [f"the SAE {args.sae} at {sae[0]}" + (" with its error term" if args.use_error_term else "")] if sae else []
+    reads = f" (reading {sae[3]})" if sae and sae[3] != sae[0] else ""  # a transcoder
+    what = [f"the SAE {args.sae} at {sae[0]}{reads}" + (" with its error term" if args.use_error_term else "")] \
+        if sae else []
     what += ["the writing weights centred"] if args.center_writing_weights else []
+    what += ["the layer norms folded"] if args.fold_ln else []
     return "with " + " and ".join(what)
 
 

@@ -20,7 +20,8 @@ GOLDEN = np.load(os.path.join(DATA, "sae_arch_golden.npz"))
 FOLDERS = os.path.join(DATA, "sae_arch")
 MODEL = os.path.join(DATA, "hf", "tiny")
 GOLDEN_TOKENS = np.load(os.path.join(DATA, "sae_golden.npz"))["tokens"]  # make_sae_golden.py's, the same windows
-NAMES = ("topk", "topk_saved", "jumprelu", "batchtopk", "transcoder", "skip_transcoder", "jumprelu_transcoder")
+NAMES = ("topk", "topk_saved", "jumprelu", "batchtopk", "transcoder", "skip_transcoder", "jumprelu_transcoder",
+         "jumprelu_skip_transcoder")
 
 
 def close(ours, theirs, tol=1e-5):
@@ -50,7 +51,8 @@ def saes():
 def test_each_folder_reads_as_saelens_reads_it(saes):
     assert {name: s["cfg"]["architecture"] for name, s in saes.items()} == {
         "topk": "topk", "topk_saved": "topk", "jumprelu": "jumprelu", "batchtopk": "jumprelu",
-        "transcoder": "transcoder", "skip_transcoder": "skip_transcoder", "jumprelu_transcoder": "jumprelu_transcoder"}
+        "transcoder": "transcoder", "skip_transcoder": "skip_transcoder", "jumprelu_transcoder": "jumprelu_transcoder",
+        "jumprelu_skip_transcoder": "jumprelu_skip_transcoder"}
     assert saes["topk"]["cfg"]["k"] == 4 and saes["topk"]["cfg"]["rescale_acts_by_decoder_norm"] is True
     close(S.decoder_norms(saes["topk_saved"]["W_dec"]), np.ones(32))  # folded at save
     assert np.ptp(S.decoder_norms(saes["topk"]["W_dec"])) > 0.1  # not folded: the rescale matters
@@ -84,7 +86,7 @@ def test_run_with_saes_logits_equal_saelenss_with_and_without_the_error_term(tin
     for use_error_term, key in ((False, "logits"), (True, "logits_error")):
         logits = S.run_with_sae(ids, params, hparams, saes[name], use_error_term)
         assert use_error_term or np.abs(logits - plain).max() > 1e-2  # spliced: the SAE's output went on
-        if name == "skip_transcoder":  # SAELens's run_with_saes drops W_skip x; here the whole forward is spliced
+        if name.endswith("skip_transcoder"):  # SAELens's run_with_saes drops W_skip x; here the whole is spliced
             close_logits(logits, f"{name}/{key.replace('logits', 'logits_whole')}")
             assert use_error_term or np.abs(logits[..., ::1000] - GOLDEN[f"{name}/logits/every_1000th"]).max() > 1e-3
         else:
@@ -124,7 +126,8 @@ def test_saelens_reads_back_what_save_sae_writes(saes, name, tmp_path):
 
 # --- the backward of a splice, through the normalisation, the skip, the activation ----------------------
 
-@pytest.mark.parametrize("name", ["topk", "jumprelu", "skip_transcoder", "jumprelu_transcoder"])
+@pytest.mark.parametrize("name", ["topk", "jumprelu", "skip_transcoder", "jumprelu_transcoder",
+                                  "jumprelu_skip_transcoder"])
 def test_the_input_gradient_by_finite_differences(saes, name):
     """input_grad: d (g · forward(x)) / d x in float64, through layer_norm's μ and σ (topk, jumprelu_transcoder),
     constant_norm_rescale's ‖x‖ (jumprelu) and W_skip."""
@@ -229,7 +232,8 @@ def test_the_commands_take_every_architecture(capsys, tmp_path, tiny, saes):
     np.testing.assert_allclose(json.loads(r.stdout)["logprobs"][1:], token_logprobs(logits, ids[1:]), atol=1e-5)
     r = in_process(circuits_cli.main, capsys, "attribution", "--clean", "When Mary and John went, John gave to",
                    "--corrupted", "When Mary and John went, Mary gave to", "--answer", " Mary", "--wrong", " John",
-                   "--site", "mlp_out", "--sae", transcoder, "--fold-ln", "--use-error-term", "--json", "--model", MODEL)
+                   "--site", "mlp_out", "--sae", transcoder, "--fold-ln", "--use-error-term", "--json",
+                   "--model", MODEL)
     assert r.returncode == 0, r.stderr
 
 
@@ -276,3 +280,13 @@ def test_dla_by_latent_counts_a_topks_rescale_and_its_layer_norm(tiny, saes):
     whole = circuits.dla_component(cache[f"{site}.hook_sae_output"], scale, direction).mean()
     assert latents.sum() + rest == pytest.approx(whole, abs=1e-4)
     assert np.count_nonzero(latents) > 0
+
+
+def test_features_of_an_sae_inside_the_mlp_have_no_logit_effects(tiny):
+    """A latent that writes an MLP's hidden layer (4C wide) promotes no token directly: none are listed (they
+    were a shape error)."""
+    params, hparams = tiny
+    sae = S.new_sae(32, 16, metadata={"hook_name": "blocks.0.mlp.hook_post"})
+    acts = S.gather(GOLDEN_TOKENS[:1], params, hparams, "blocks.0.mlp.hook_post")
+    [read] = S.read_features(GOLDEN_TOKENS[:1], acts, sae, params["wte"], [3])
+    assert read["promotes"] == [] and read["suppresses"] == [] and read["density"] > 0

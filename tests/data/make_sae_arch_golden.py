@@ -15,6 +15,8 @@ Each SAE is random (its biases and thresholds not zero, its decoder rows of unev
   skip_transcoder           SkipTranscoder (W_skip random) blocks.1.ln2.hook_normalized -> blocks.1.hook_mlp_out
   jumprelu_transcoder       JumpReLUTranscoder, layer_norm (the input normalised, the output not: SAELens's),
                             blocks.1.ln2.hook_normalized -> blocks.1.hook_mlp_out
+  jumprelu_skip_transcoder  JumpReLUSkipTranscoder, constant_norm_rescale, blocks.0.ln2.hook_normalized ->
+                            blocks.0.hook_mlp_out
 The transcoders read TransformerLens's ln2.hook_normalized, x̂ before ln_2's gain and bias: sae.py's
 fold_layer_norms (--fold-ln) gives it.
 sae_arch/<name>/: the folder SAELens wrote; sae_arch/ours_<name>/: the folder plumbing/sae_files.save_sae wrote
@@ -26,8 +28,9 @@ activation_fn_kwargs k, normalize_activations "layer_norm"), topk's weights with
 golden is what SAE.load_from_disk makes of it.
 sae_arch_golden.npz, under <name>/: x (the input, flattened), target (the activation where it writes), acts_pre,
 acts_post, recons (hook_sae_recons), out (sae.forward: SkipTranscoder's with W_skip x), logits/, logits_error/
-(run_with_saes without and with the error term: every 1000th column and the logsumexp), and for skip_transcoder logits_whole/, logits_whole_error/: its whole forward spliced by hooks
-(SAELens's run_with_saes drops W_skip x; sae.py does not).
+(run_with_saes without and with the error term: every 1000th column and the logsumexp), and for the two skip
+transcoders logits_whole/, logits_whole_error/: the whole forward spliced by hooks (SAELens's run_with_saes drops
+W_skip x; sae.py does not).
 """
 import json
 import os
@@ -44,9 +47,10 @@ from safetensors.torch import save_file  # noqa: E402
 from make_sae_golden import tl_model, tokens  # noqa: E402
 from sae_lens import SAE, HookedSAETransformer  # noqa: E402
 from sae_lens.saes import (BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig, JumpReLUSAE,  # noqa: E402
-                           JumpReLUSAEConfig, JumpReLUTranscoder, JumpReLUTranscoderConfig, SkipTranscoder,
-                           SkipTranscoderConfig, TopKSAE, TopKSAEConfig, TopKTrainingSAE, TopKTrainingSAEConfig,
-                           Transcoder, TranscoderConfig)
+                           JumpReLUSAEConfig, JumpReLUSkipTranscoder, JumpReLUSkipTranscoderConfig,
+                           JumpReLUTranscoder, JumpReLUTranscoderConfig, SkipTranscoder, SkipTranscoderConfig,
+                           TopKSAE, TopKSAEConfig, TopKTrainingSAE, TopKTrainingSAEConfig, Transcoder,
+                           TranscoderConfig)
 
 from plumbing import sae_files  # noqa: E402
 
@@ -92,7 +96,10 @@ def made():
                                     "blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"),
         "jumprelu_transcoder": metadata(randomise(JumpReLUTranscoder(JumpReLUTranscoderConfig(
             d_in=C, d_sae=24, d_out=C, apply_b_dec_to_input=False, normalize_activations="layer_norm")), 7),
-            "blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out")}
+            "blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"),
+        "jumprelu_skip_transcoder": metadata(randomise(JumpReLUSkipTranscoder(JumpReLUSkipTranscoderConfig(
+            d_in=C, d_sae=24, d_out=C, apply_b_dec_to_input=False, normalize_activations="constant_norm_rescale")), 8),
+            "blocks.0.ln2.hook_normalized", "blocks.0.hook_mlp_out")}
     for name, sae in cases.items():
         sae.save_model(os.path.join(OUT, name))
     training = {
@@ -156,7 +163,7 @@ def main():
             for use_error_term, key in ((False, "logits"), (True, "logits_error")):
                 out.update(kept_logits(f"{name}/{key}", model.run_with_saes(ids, saes=[sae],
                                                                             use_error_term=use_error_term)))
-                if name == "skip_transcoder":
+                if name.endswith("skip_transcoder"):
                     out.update(kept_logits(f"{name}/{key.replace('logits', 'logits_whole')}",
                                            spliced_whole(model, sae, ids, use_error_term)))
             if name == "openai":
