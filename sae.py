@@ -558,10 +558,7 @@ def inference_sae(sae, settings, topk_threshold=0.0, factor=None):
         topk_threshold = topk_threshold / factor if arch == "batchtopk" and settings["rescale_acts_by_decoder_norm"] \
             else topk_threshold
     if arch in ("topk", "batchtopk") and settings["rescale_acts_by_decoder_norm"]:
-        n = np.maximum(decoder_norms(out["W_dec"]), np.float32(1e-8))
-        out["b_enc"] = out["b_enc"] * n
-        out["W_dec"] = out["W_dec"] / n[:, None]
-        out["W_enc"] = out["W_enc"] * n
+        out = fold_decoder_norms(out)
     details = {"decoder_init_norm": DECODER_INIT_NORM, **TRAINING_EXTRAS[arch],
                **{k: v for k, v in settings.items() if k not in INFERENCE_FIELDS[arch]}}
     cfg["metadata"] = {**cfg.get("metadata", {}), "training_architecture": arch,
