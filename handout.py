@@ -208,6 +208,13 @@ EXERCISES = {
     45: ("an SAE's backward",
          [("sae.py", "sae_backward", "test_the_backward_matches_finite_differences")],
          ["test_every_gradient_equals_saelens", "test_a_few_training_steps_equal_saelens_trainer"], "sae"),
+    46: ("TopK's encode: the k largest latents, without a sort",
+         [("sae.py", "topk_relu", "test_topk_keeps_k_and_needs_no_sort")],
+         ["test_encode_and_decode_equal_saelenss"], "topk"),
+    47: ("JumpReLU's threshold gradient",
+         [("sae.py", "jumprelu_backward", "test_jumprelu_backward_is_the_straight_through_estimator")],
+         ["test_every_loss_term_and_every_gradient_equal_saelens",
+          "test_four_steps_equal_saelens_trainer_and_its_saved_folder"], "sae_jumprelu"),
     48: ("the ActAdd hook",
          [("steer.py", "act_add", "test_act_add_hook_adds_to_the_front_and_leaves_a_one_position_pass")],
          ["test_act_add_is_the_papers_vector_logits_and_greedy_ids"], "steer"),
@@ -231,6 +238,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "classify": "python evaluate.py classify FILE --model CLS",
          "q8_0": "python convert.py MODEL OUT.gguf --to gguf --gguf-type q8_0, then --model OUT.gguf",
          "sae": "sae.train_step and sae.encode on gathered activations (as python sae.py train runs them)",
+         "topk": "sae.encode with a TopK SAE (as python sae.py encode --sae DIR runs one)",
+         "sae_jumprelu": "sae.training_step of a JumpReLU SAE (as python sae.py train --architecture jumprelu runs it)",
          "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C'}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
@@ -251,7 +260,8 @@ NEEDS = {"generate": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15), "params": (9, 10, 1
          "patch": (1, 4, 5, 6, 7, 8, 14, 15, 39, 40), "dla": (1, 4, 5, 6, 7, 8, 14, 15, 39, 41),
          "attribution": (1, 4, 5, 6, 7, 8, 14, 15, 18, 19, 20, 39, 42),
          "classify": (1, 4, 5, 6, 7, 8, 13, 14, 15, 31), "q8_0": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 35),
-         "sae": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 43, 44, 45),
+         "sae": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 43, 44, 45), "topk": (43, 46),
+         "sae_jumprelu": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 47),
          "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test

@@ -28,7 +28,8 @@ import look_inside
 import parameters
 from interface import loading
 from interface.bpe_cli import shown_token
-from interface.options import at_least, check_page_folder, model_flags, number, sae_flags, sae_splice, threads_flag, user_message
+from interface.options import at_least, check_page_folder, folded, model_flags, number, sae_flags, sae_splice, \
+    threads_flag, user_message
 from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
@@ -74,9 +75,10 @@ def parse_args(argv):
             fail("the prompt is not valid UTF-8 text")
     if (args.score or args.trace or args.lens or args.html) and not args.prompt:
         fail("--score, --trace, --lens and --html need a text")
-    if (args.sae or args.center_writing_weights) and not (args.score or args.trace or args.lens or args.html or
-                                                          (args.top and not args.json)):
-        fail("--sae and --center-writing-weights go with a reading: --score, --trace, --top, --lens or --html")
+    if (args.sae or args.center_writing_weights or args.fold_ln) and not (args.score or args.trace or args.lens or
+                                                                          args.html or (args.top and not args.json)):
+        fail("--sae, --center-writing-weights and --fold-ln go with a reading: --score, --trace, --top, --lens or "
+             "--html")
     if args.draft is not None:
         check_draft_flags(args, given_flags(p, argv))
     if args.html:
@@ -168,7 +170,7 @@ def run(args):
         return print_params(args.params, args.models_dir)
     encoder, hparams, params, head = loading.load_model_or_classifier(args.model, args.models_dir, args.base_url,
                                                                       quiet=args.quiet)
-    splice = sae_splice(args, hparams)  # ({}, None) unless --sae or --center-writing-weights
+    params, splice = folded(args, params), sae_splice(args, hparams)  # ({}, None) unless --sae or centring
     if head and not args.trace:  # the activations are a classifier's too; its output is a label
         run_label(args, encoder, hparams, params, head)
     elif args.trace:

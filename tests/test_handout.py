@@ -322,6 +322,28 @@ for step in range(3):
     losses = sae.train_step(x, s, state, 1e-2, sae.l1_coefficient(step, 1.0, 2))
 print({k: round(v, 5) for k, v in losses.items()}, round(float(sae.encode(x, s).sum()), 4))
 """
+TOPK = """import os
+import numpy as np
+import sae
+from plumbing import sae_files
+s = sae_files.load_sae(os.path.join("tests", "data", "sae_arch", "topk"))
+x = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32) * 3
+f = sae.encode(x, s)
+print((f > 0).sum(-1).tolist(), round(float(f.sum()), 4))
+"""
+SAE_JUMPRELU = """import sae
+from interface import loading
+encoder, hp, params = loading.load_model("model")
+with open("notes.txt", encoding="utf-8") as f:
+    rows = sae.windows(encoder.encode(f.read()), 16, encoder.eot)[:8]
+x = sae.gather(rows, params, hp, "blocks.0.hook_resid_post").reshape(-1, hp["n_embd"])
+settings = {**sae.TRAINING_DEFAULTS["jumprelu"], "architecture": "jumprelu", "jumprelu_bandwidth": 1.0}
+s = sae.new_training_sae(x.shape[1], 32, settings, metadata={"hook_name": "blocks.0.hook_resid_post"})
+state = sae.new_training_state(s)
+for step in range(3):
+    losses = sae.training_step(x, s, state, 1e-2, settings, 0.1)
+print({k: round(v, 5) for k, v in losses.items()}, [round(float(t), 5) for t in s["threshold"][:6]])
+"""
 IOI = ["--clean", "When Mary and John went to the apothecary, John gave a drink to",
        "--corrupted", "When Mary and John went to the apothecary, Mary gave a drink to", "--answer", " Mary",
        "--wrong", " John"]
@@ -371,6 +393,8 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "sae": ["-c", SAE],
     "steer": ["steer.py", "add", PROMPT, "--add", "Love and peace", "--sub", "Hate", "--layer", "1", "--coeff", "500",
               "--model", "model", "--greedy", "--n-tokens", "8", "--quiet"],
+    "topk": ["-c", TOPK],
+    "sae_jumprelu": ["-c", SAE_JUMPRELU],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -415,6 +439,9 @@ WRONG = {
     "encode_pre": "return x @ sae['W_enc'] + sae['b_enc']",  # b_dec not taken away first
     "act_add": "x = x.copy()\nn = min(len(vector), x.shape[1])\nx[:, -n:] += vector[-n:]\nreturn x",
     # at the back, not the front: every cached step is steered too
+    "topk_relu": "top = np.argpartition(np.abs(h), -k, axis=-1)[..., -k:]\nf = np.zeros_like(h)\n"
+                 "np.put_along_axis(f, top, np.maximum(np.take_along_axis(h, top, -1), 0.0), -1)\nreturn f",
+    # the k largest in size, not in value: a strongly negative latent takes a place, and fires as 0
     "mse_loss": "return float(((x_hat - x) ** 2).mean())",  # the mean over the width too: d_in times too small
     "activation_grads": "ids = checked_ids(ids, params)\n"
                         "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"
@@ -572,6 +599,8 @@ def body_of_source(source, function):
     return "\n".join(line[body[0].col_offset:] for line in lines)
 
 
+# the threshold's gradient with its sign lost: the estimator pushes θ the wrong way
+WRONG["jumprelu_backward"] = body_of("sae.py", "jumprelu_backward").replace("-ste.sum(0)", "ste.sum(0)")
 # the weights without σ(-β δ): every pair pulled alike, however well the model already ranks it
 WRONG["dpo_loss"] = body_of("dpo.py", "dpo_loss").replace("pull = beta * sigmoid(-beta * delta) / P",
                                                           "pull = np.full(P, beta / P)")
