@@ -26,7 +26,7 @@ with its weights and metrics, and the gradient (backward.py's forward_backward, 
 """
 import numpy as np
 
-from backward import forward_backward
+from backward import forward_backward, training_forward
 from bpe import ENDOFTEXT
 from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax, softmax
 from plumbing import corpus

@@ -149,12 +149,16 @@ def decode(f, sae, x=None):
     x: the input, for a run-time normalisation to be undone (denormalize; without it, x̂ is in the normalised
     units, SAELens's hook_sae_recons). A transcoder's output is never de-normalised (SAELens's).
     [N, d_sae] -> [N, d_out]"""
-    if rescaled(sae):
-        f = f * (1 / decoder_norms(sae["W_dec"]))
-    x_hat = f @ sae["W_dec"] + sae["b_dec"]
+    x_hat = unscaled(f, sae) @ sae["W_dec"] + sae["b_dec"]
     if x is None or is_transcoder(sae):
         return x_hat
     return denormalize(x_hat, normalize(x, sae)[1])
+
+
+def unscaled(f, sae):
+    """The latents as the decoder reads them: a TopK SAE that ranks by h ‖W_dec[i]‖ (rescaled) hands back
+    f / ‖W_dec[i]‖, so that each latent's write is still its h times W_dec[i].   [N, d_sae] -> [N, d_sae]"""
+    return f * (1 / decoder_norms(sae["W_dec"])) if rescaled(sae) else f
 
 
 def forward(x, sae):
@@ -371,7 +375,7 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
     x_in, stats = normalize(x, sae)
     scale = stats[0] if stats else np.float32(1)  # denormalize multiplies the output by it
     applied = cfg.get("apply_b_dec_to_input", True)
-    sae_in = x_in - sae["b_dec"] if applied else x_in  # [N, d_in]
+    sae_in = x_in if not applied else x_in - sae["b_dec"]  # [N, d_in]: b_dec is the origin where applied
     h0 = sae_in @ sae["W_enc"] + sae["b_enc"]  # [N, d_sae]
     n = decoder_norms(sae["W_dec"])  # [d_sae]
     rescale = arch in ("topk", "batchtopk") and settings["rescale_acts_by_decoder_norm"]
@@ -424,7 +428,7 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
     if arch != "jumprelu":  # through the activation: where a latent passed, its input's gradient is its own
         dh = df * passes if dh is None else dh + df * passes
     losses["loss"] = sum(v for k, v in losses.items() if k.endswith("_loss"))
-    losses["l0"] = float(np.count_nonzero(f) / N)
+    losses["l0"] = float((f != 0).sum(-1).mean())  # the latents that fire, a token's, on average
     if rescale:
         dn += (dh * h0).sum(0)
         dh *= n
@@ -744,7 +748,7 @@ def normalize_backward(x, dx_n, stats_grads, sae):
     how, d = sae["cfg"].get("normalize_activations", "none"), x.shape[-1]
     dscale, dshift = stats_grads
     if how == "layer_norm":  # x' = c / (σ + ε), c = x - μ, σ = √(Σ c² / (d - 1)); out = y σ + μ
-        c = x - x.mean(-1, keepdims=True)
+        c = x - x.sum(-1, keepdims=True) / d
         sigma = np.sqrt((c * c).sum(-1, keepdims=True) / (d - 1))
         denominator = sigma + np.float32(LAYER_NORM_EPS)
         dsigma = dscale - (dx_n * c).sum(-1, keepdims=True) / denominator ** 2
@@ -823,8 +827,7 @@ def latent_writes(x, f, sae):
     of the SAE's output (b_dec's, μ's and W_skip x's are no latent's). c = f, over ‖W_dec[i]‖ for a TopK's rescale,
     times the token's σ (or ‖x‖ / √d_in) where the output is de-normalised.
     x [N, d_in] the SAE's input, f [N, d_sae] -> (c [N, d_sae], W_dec [d_sae, d_out])"""
-    if rescaled(sae):
-        f = f * (1 / decoder_norms(sae["W_dec"]))
+    f = unscaled(f, sae)
     stats = None if is_transcoder(sae) else normalize(x, sae)[1]
     return (f if stats is None else f * stats[0]), sae["W_dec"]
 

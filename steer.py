@@ -137,7 +137,7 @@ def pair_differences(params, hparams, pairs, layers, read_token_index=-1):
         pos, neg = (activations(ids, params, hparams, list(names.values())) for ids in (positive, negative))
         for layer, name in names.items():
             diffs[layer].append(pos[name][i] - neg[name][j])
-    return {layer: np.stack(d) for layer, d in diffs.items()}
+    return dict(zip(diffs, map(np.stack, diffs.values())))  # {layer: [n, C]}
 
 
 def mean_direction(deltas):

@@ -509,9 +509,13 @@ def test_log_softmax_matches_log_of_softmax():
 def test_every_fast_twin_is_its_plain_functions_name_with_fast():
     import ast
     import handout
+    stand_ins = {"log_softmax", "gelu_backward"}  # not twins: forms that would give softmax and gelu away
     for (file, twin), _ in handout.TWINS.items():
         with open(os.path.join(ROOT, file), encoding="utf-8") as f:
             defined = {n.name for n in ast.walk(ast.parse(f.read())) if isinstance(n, ast.FunctionDef)}
+        if twin in stand_ins:
+            assert twin in defined, f"{file}: {twin}"
+            continue
         assert twin.endswith("_fast"), f"{file}: the fast twin {twin} should be named <plain name>_fast"
         assert twin in defined and twin[:-len("_fast")] in defined, f"{file}: {twin} and its plain form"
 
