@@ -29,6 +29,7 @@ which changes these numbers; its `from_pretrained_no_processing` gives the raw o
 import numpy as np
 
 from gpt2_numpy import gpt2, layer_norm, layer_norm_eps, log_softmax, matmul, next_token_loss, softmax
+from plumbing.device import on_device
 from plumbing.errors import UserError
 from plumbing.memory import available_memory, check_fits
 from plumbing.shapes import block_index
@@ -63,7 +64,7 @@ def shown(name, x):
 
 def taken_back(name, x):
     """A hook's replacement, back in the model's layout; float32, as everything the model makes."""
-    x = np.asarray(x, dtype=np.float32)
+    x = x.astype(np.float32, copy=False) if on_device(x) else np.asarray(x, dtype=np.float32)  # a GPU's stays there
     if name == "wpe" and x.ndim == 3 and len(x) == 1:  # shown as [1, T, C]: the model's is [T, C]
         return x[0]
     return x.swapaxes(1, 2) if name.split(".", 1)[-1] in HEADS_SECOND else x

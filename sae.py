@@ -208,7 +208,7 @@ def gather(ids, params, hparams, site, hooks=None):
     def keep(x, name):
         changed = before(x, name)  # None: x as it is
         x = x if changed is None else changed
-        kept[name] = np.array(x, dtype=np.float32)  # a copy: the forward pass goes on with x
+        kept[name] = x.astype(np.float32)  # a copy (on the device x is on): the forward pass goes on with x
         return x
 
     first = {**params, "blocks": params["blocks"][:site_layer(site, hparams["n_layer"]) + 1]}
