@@ -29,7 +29,7 @@ which changes these numbers; its `from_pretrained_no_processing` gives the raw o
 import numpy as np
 
 from gpt2_numpy import gpt2, layer_norm, layer_norm_eps, log_softmax, matmul, next_token_loss, softmax
-from plumbing.device import on_device
+from plumbing.device import host, on_device
 from plumbing.errors import UserError
 from plumbing.memory import available_memory, check_fits
 from plumbing.shapes import block_index
@@ -252,7 +252,7 @@ def logit_lens(ids, params, hparams, target=None, run=None):
 def next_token_table(logits, k):
     """The k most likely next tokens: (ids [k], probs [k], logprobs [k]), most likely first.
     logits [V] at one position (as TransformerLens's test_prompt shows them)."""
-    logprobs = log_softmax(np.asarray(logits, dtype=np.float32))
+    logprobs = log_softmax(np.asarray(host(logits), dtype=np.float32))  # [V]: read on the host
     top = np.argsort(-logprobs, kind="stable")[:k]
     return top, np.exp(logprobs[top]), logprobs[top]
 
