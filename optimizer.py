@@ -130,8 +130,9 @@ def adamw_step_fast(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, 
         decay = lr * weight_decay if decays(name) else 0.0
         settings = (lr, decay, beta1, beta2, eps, 1.0 - beta1 ** t, 1.0 - beta2 ** t)
         p, grad, m, v = (a.reshape(-1) for a in (p, flat_grads[name], state["m"][name], state["v"][name]))
-        jobs += [(p[i:i + CHUNK], grad[i:i + CHUNK], m[i:i + CHUNK], v[i:i + CHUNK], settings)
-                 for i in range(0, p.size, p.size if on_gpu else CHUNK)]  # views: every array is contiguous
+        n = p.size if on_gpu else CHUNK
+        jobs += [(p[i:i + n], grad[i:i + n], m[i:i + n], v[i:i + n], settings)
+                 for i in range(0, p.size, n)]  # views: every array is contiguous
     if on_gpu:
         return adamw_step_on_device(jobs, grad_scale)
 

@@ -161,6 +161,10 @@ def test_the_cpus_chunks_are_one_call_each_on_the_device(odd):
         optimizer.adamw_step_fast(p, grads, state, 1e-3, weight_decay=0.1, grad_scale=0.5)
         calls.append(fake.COUNTS["calls"])
     assert calls[0] == calls[1]
+    on_host = {"blocks": [], "wte": np.ones(large["wte"].size, np.float32)}  # every element stepped, not a chunk
+    optimizer.adamw_step_fast(on_host, {"blocks": [], "wte": on_host["wte"] * 0.5},
+                              optimizer.new_adamw_state(on_host), 1e-3, weight_decay=0.1, grad_scale=0.5)
+    assert_close(large["wte"], on_host["wte"], tol=0)
 
 
 def test_dropout_on_the_device_draws_its_own_masks_the_same_for_the_same_seed(odd):
@@ -296,3 +300,22 @@ def test_gpt2_numpy_py_prints_the_same_on_the_device(tiny_model, capsys, fake_gp
                        "Hello world, the cat") for name in ("cpu", "gpu")]
     assert runs[0].returncode == runs[1].returncode == 0, runs[1].stderr
     assert runs[0].stdout == runs[1].stdout and runs[0].stdout
+
+
+@pytest.mark.parametrize("more", [[], ["--lora-rank", "2"]])
+def test_train_py_on_the_device_logs_and_saves_what_the_cpu_does(tiny_model, corpus, tmp_path, capsys, fake_gpu, more):
+    """The run's losses are the CPU's, and what it saves (through the host) is the CPU's checkpoint."""
+    from conftest import train_args
+    from interface import train_cli
+    from plumbing.checkpoint import load_checkpoint
+    logs, weights = [], []
+    for name in ("cpu", "gpu"):
+        out = tmp_path / name
+        r = in_process(train_cli.main, capsys, *train_args(tiny_model, corpus, out, "--steps", "4", "--device", name,
+                                                            *more))
+        assert r.returncode == 0, r.stderr
+        logs.append([line.get("loss") for line in map(__import__("json").loads, open(out / train.LOG_FILE))])
+        weights.append(shapes.flatten(load_checkpoint(str(out))[1]))
+    assert logs[0] == pytest.approx(logs[1], rel=1e-6)
+    for k, a in weights[0].items():
+        np.testing.assert_allclose(weights[1][k], a, rtol=1e-5, atol=1e-6, err_msg=k)
