@@ -353,6 +353,7 @@ def evaluate_batch(rows, params, hparams, sae, special, hooks=None):
     (exclude_special_tokens): -> {name: the per-token values kept}, and the activations' sums."""
     site, hooks = hook_name(sae), hooks or {}
     mask = ~np.isin(rows, list(special))  # [B, T]
+    mask, next_ids = (np.asarray(a, like=params["wte"]) for a in (mask, rows[:, 1:, None]))  # where the model is
     x = gather(rows, params, hparams, site, hooks)[mask]  # [n, d]
     f = encode(x, sae)
     x_hat = decode(f, sae)
@@ -363,7 +364,7 @@ def evaluate_batch(rows, params, hparams, sae, special, hooks=None):
     predicts = mask[:, :-1]  # CE: the positions that predict a next token, from a kept token
     per_token = {"l0": (f != 0).sum(-1).astype(np.float64)}
     for k, logprobs in runs.items():
-        next_logprob = np.take_along_axis(logprobs[:, :-1], rows[:, 1:, None], -1)[..., 0]  # [B, T-1]
+        next_logprob = np.take_along_axis(logprobs[:, :-1], next_ids, -1)[..., 0]  # [B, T-1]
         per_token[f"ce_loss_{k}"] = -next_logprob[predicts]
         if k != "without_sae":
             per_token[f"kl_div_{k}"] = kl_divergence(runs["without_sae"], logprobs)[mask]

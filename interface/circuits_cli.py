@@ -24,8 +24,8 @@ import numpy as np
 
 import circuits
 from interface import loading
-from interface.options import at_least, check_page_folder, model_flags, sae_flags, sae_splice, threads_flag, \
-    user_message
+from interface.options import at_least, array_module, check_page_folder, device_flag, model_flags, on_device, \
+    sae_flags, sae_splice, threads_flag, user_message
 from plumbing.errors import UserError, exit_status, fail
 
 RANDOM = "random:"  # --text random:N: N random ids said twice
@@ -114,6 +114,7 @@ def parse_args(argv):
         sub.add_argument("--html", metavar="FILE", help="also write the result as a heatmap, one self-contained page")
         sub.add_argument("--quiet", action="store_true", help="no progress bars while a model downloads")
         threads_flag(sub)
+        device_flag(sub)
         sub.error = fail
     p.error = fail
     args = p.parse_args(argv)
@@ -141,7 +142,9 @@ def main(argv=None):
 
 def run(args):
     load = loading.load_body if args.command in ACTIVATIONS_ONLY else loading.load_model  # loading.py says why
+    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before the model is fetched
     encoder, hparams, params = load(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    params = on_device(xp, params, args.model)
     hooks, sae = sae_splice(args, hparams)  # ({}, None) unless --sae or --center-writing-weights
     args.splice = (hooks, sae) if hooks or sae else None
     outcome = EXPERIMENTS[args.command](args, encoder, params, hparams)
@@ -315,7 +318,7 @@ def run_dla(args, encoder, params, hparams):
 def latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clean_metric):
     """dla --by latent: every latent's share in the JSON ("values", [d_sae]; "top", the ids of the largest), the
     largest in the table."""
-    W_dec = loading.load_sae(args.sae, args.models_dir, args.quiet)["W_dec"]
+    W_dec = on_device(array_module(args), loading.load_sae(args.sae, args.models_dir, args.quiet)["W_dec"], args.sae)
     values = circuits.dla_latents(params, hparams, clean, answer, wrong, W_dec, args.splice)
     top = np.argsort(-np.abs(values), kind="stable")[:TOP_LATENTS].tolist()
     return result(tokens, values.tolist(), f"the {len(top)} latents of the largest share (f_i W_dec[i] at the last "

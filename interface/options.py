@@ -118,7 +118,8 @@ def sae_splice(args, hparams):
     hooks = sae.centring_hooks(hparams["n_layer"]) if args.center_writing_weights else {}
     if not args.sae:
         return hooks, None
-    chosen = loading.load_sae(args.sae, args.models_dir, getattr(args, "quiet", False))
+    chosen = device.to_device(loading.load_sae(args.sae, args.models_dir, getattr(args, "quiet", False)),
+                              array_module(args))  # where the model is
     sae.check_fits(chosen, hparams)
     return hooks, sae.splice(chosen, args.use_error_term)
 

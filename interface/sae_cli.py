@@ -22,8 +22,9 @@ import numpy as np
 
 import sae as S
 from interface import loading
-from interface.options import CENTRED_HELP, at_least, check_page_folder, model_flags, threads_flag, user_message
-from plumbing import sae_files
+from interface.options import (CENTRED_HELP, array_module, at_least, check_page_folder, device_flag, model_flags,
+                               on_device, threads_flag, user_message)
+from plumbing import device, sae_files
 from plumbing.errors import UserError, ctrl_c_waits, exit_status, fail, read_text
 from plumbing.folders import check_new_folder, write_page
 from plumbing.progress import progress
@@ -34,6 +35,7 @@ NORMALIZE = ("none", "expected_average_only_in")
 def common(p, data=True):
     model_flags(p)
     threads_flag(p)
+    device_flag(p)
     p.add_argument("--context", type=at_least(2), default=128, help="tokens a window, <|endoftext|> first "
                                                                     "(default 128)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -122,7 +124,9 @@ ACTIVATIONS_ONLY = ("train", "encode")  # eval's CE and KL, and features' promot
 def model(args):
     """-> (encoder, hparams, params, the hooks that run it as --center-writing-weights asks)"""
     load = loading.load_body if args.command in ACTIVATIONS_ONLY else loading.load_model  # loading.py says why
+    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before the model is fetched
     encoder, hparams, params = load(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    params = on_device(xp, params, args.model)
     return encoder, hparams, params, S.centring_hooks(hparams["n_layer"]) if args.center_writing_weights else {}
 
 
@@ -155,7 +159,7 @@ def training_data(args, encoder, params, hparams, hooks, site, d_in, needed):
     rows = rows[:-(-needed // rows.shape[1])]
     with meter(args, len(rows), "window") as bar:
         acts = S.gather_all(rows, params, hparams, site, progress=bar.update, hooks=hooks)
-    x = acts.reshape(-1, d_in)
+    x = device.host(acts).reshape(-1, d_in)  # on the host, as --activations' are: a batch at a time goes over
     return x[np.random.default_rng(args.seed).permutation(len(x))]
 
 
@@ -179,6 +183,7 @@ def train(args):
     if len(x) < 1:
         raise UserError("gives no activations to train on", path=args.data or args.activations)
     factor = S.scaling_factor(np.asarray(x)) if args.normalize == "expected_average_only_in" else None
+    sae = device.to_device(sae, array_module(args))
     state, log = S.new_adam_state(sae), []
     try:  # from here on, a stop saves the steps done (none yet: the SAE as it began)
         if not args.quiet:
@@ -190,6 +195,7 @@ def train(args):
                 batch = np.asarray(x[at], dtype=np.float32)
                 if factor is not None:
                     batch *= np.float32(factor)
+                batch = np.asarray(batch, like=sae["W_enc"])  # where the SAE is
                 l1 = S.l1_coefficient(step, args.l1, args.l1_warm_up)
                 with ctrl_c_waits():  # a step is done whole, and logged, or not begun
                     losses = S.train_step(batch, sae, state, args.lr, l1)
@@ -207,6 +213,7 @@ def train(args):
 
 
 def save(out, sae, factor, log):
+    sae = device.to_host(sae)  # a file is written from the host
     if factor is not None:
         sae = S.fold_scaling_factor(sae, factor)
     lines = "".join(json.dumps(entry) + "\n" for entry in log)
@@ -219,7 +226,7 @@ def save(out, sae, factor, log):
 
 def evaluate(args):
     encoder, hparams, params, hooks = model(args)
-    sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
+    sae = device.to_device(loading.load_sae(args.sae, args.models_dir, args.quiet), array_module(args))
     S.check_fits(sae, hparams)
     rows = text_windows(encoder, args.data, args.context, params)
     with meter(args, len(rows), "window") as bar:
@@ -237,12 +244,12 @@ EVAL_ORDER = ("l0", "explained_variance", "ce_loss_with_sae", "ce_loss_without_s
 
 def encode(args):
     encoder, hparams, params, hooks = model(args)
-    sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
+    sae = device.to_device(loading.load_sae(args.sae, args.models_dir, args.quiet), array_module(args))
     site = S.check_fits(sae, hparams)
     ids = np.array([encoder.eot] + encoder.encode(args.text))[None, :params["wpe"].shape[0]]
     x = S.gather(ids, params, hparams, site, hooks)[0]
     f = S.encode(x, sae)
-    error = ((S.decode(f, sae) - x) ** 2).sum(-1)
+    f, error = device.host(f), device.host(((S.decode(f, sae) - x) ** 2).sum(-1))  # read on the host
     tokens = [encoder.decode([int(t)]) for t in ids[0]]
     positions = []
     for row, err in zip(f, error):
@@ -259,7 +266,7 @@ def encode(args):
 
 def features(args):
     encoder, hparams, params, hooks = model(args)
-    sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
+    sae = device.to_device(loading.load_sae(args.sae, args.models_dir, args.quiet), array_module(args))
     site = S.check_fits(sae, hparams)
     d_sae = sae["cfg"]["d_sae"]
     for i in args.feature or ():
@@ -269,7 +276,8 @@ def features(args):
     rows = text_windows(encoder, args.data, args.context, params)
     with meter(args, len(rows), "window") as bar:
         acts = S.gather_all(rows, params, hparams, site, progress=bar.update, hooks=hooks)
-    read = S.read_features(rows, acts, sae, params["wte"], chosen, k=args.k)
+    read = S.read_features(rows, device.host(acts), device.to_host(sae), device.host(params["wte"]), chosen,
+                           k=args.k)  # read on the host: sorting and small arrays
     word = lambda i: encoder.decode([int(i)])  # noqa: E731
     shown = [described(r, rows, word) for r in read]
     if args.html:

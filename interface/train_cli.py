@@ -30,7 +30,7 @@ from plumbing.folders import check_new_folder, in_models_folder
 from plumbing.memory import available_memory
 
 FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that began from nothing
-NOT_SAVED = ("out", "resume", "quiet", "base_url", "device")  # every other flag is the run's (a run resumes on any device)
+NOT_SAVED = ("out", "resume", "quiet", "base_url", "device")  # every other flag is the run's; any device resumes it
 LORA_FLAGS = tuple(f"lora_{name}" for name in train.LORA)  # a resumed run keeps them: its adapters are their shape
 DPO_FLAGS = ("beta", "dpo_loss", "reference")  # preference data's alone
 # A billion micro-batches (--steps times --accum) is more than any run finishes: the smallest model there
