@@ -291,9 +291,8 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(device, "backend", lambda name="cpu": fake if device.chosen(name) == "gpu" else real(name))
 
 
-@pytest.mark.parametrize("flags", [["--greedy", "--n-tokens", "5"], ["--seed", "3", "--n-tokens", "5", "--top-k", "5"],
-                                   ["--score"], ["--trace"], ["--lens"], ["--top", "3"],
-                                   ["--num-beams", "2", "--n-tokens", "4"], ["--draft", "lookup", "--greedy"]])
+@pytest.mark.parametrize("flags", [["--seed", "3", "--n-tokens", "5", "--top-k", "5"], ["--trace"],
+                                   ["--lens"], ["--num-beams", "2", "--n-tokens", "4"], ["--draft", "lookup", "--greedy"]])
 def test_gpt2_numpy_py_prints_the_same_on_the_device(tiny_model, capsys, fake_gpu, flags):
     from interface import gpt2_cli
     runs = [in_process(gpt2_cli.main, capsys, "--device", name, "--model", tiny_model, "--quiet", *flags,
@@ -319,3 +318,29 @@ def test_train_py_on_the_device_logs_and_saves_what_the_cpu_does(tiny_model, cor
     assert logs[0] == pytest.approx(logs[1], rel=1e-6)
     for k, a in weights[0].items():
         np.testing.assert_allclose(weights[1][k], a, rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+HF_TINY = os.path.join(ROOT, "tests", "data", "hf", "tiny")
+IOI = ["--clean", "When Mary and John went to the store, John gave a drink to", "--corrupted",
+       "When Mary and John went to the store, Mary gave a drink to", "--answer", " Mary", "--wrong", " John"]
+SAE_DIR = os.path.join(ROOT, "tests", "data", "sae_golden", "sae")
+
+
+@pytest.mark.parametrize("command, argv", [
+    ("evaluate", ["lambada", os.path.join(ROOT, "tests", "data", "eval", "lambada.jsonl")]), ("gpt2", ["--score", "x y z"]),
+    ("circuits", ["patch", *IOI, "--site", "head"]), ("circuits", ["dla", *IOI[:2], *IOI[4:]]),
+    ("circuits", ["attribution", *IOI]),
+    ("sae", ["eval", "--sae", SAE_DIR, "--data", "TEXT"]),
+    ("sae", ["train", "--site", "blocks.1.hook_resid_pre", "--data", "TEXT", "--d-sae", "16", "--l1", "1", "--tokens",
+             "128", "--batch-tokens", "64", "--out", "OUT"])])
+def test_the_other_commands_print_the_same_on_the_device(tmp_path, capsys, fake_gpu, command, argv):
+    from interface import circuits_cli, evaluate_cli, gpt2_cli, sae_cli
+    main = {"evaluate": evaluate_cli.main, "circuits": circuits_cli.main, "sae": sae_cli.main,
+            "gpt2": gpt2_cli.main}[command]
+    (tmp_path / "t.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 6)
+    runs = []
+    for name in ("cpu", "gpu"):
+        given = [str(tmp_path / "t.txt") if a == "TEXT" else str(tmp_path / name) if a == "OUT" else a for a in argv]
+        runs.append(in_process(main, capsys, *given, "--model", HF_TINY, "--device", name, "--json", "--quiet"))
+    assert runs[0].returncode == runs[1].returncode == 0, runs[1].stderr
+    assert runs[0].stdout.replace(str(tmp_path / "cpu"), "OUT") == runs[1].stdout.replace(str(tmp_path / "gpu"), "OUT")
