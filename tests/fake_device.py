@@ -173,6 +173,7 @@ def allclose(a, b, **kwargs):
 
 
 exp, sqrt = np.exp, np.sqrt  # ufuncs: a FakeArray answers them
+empty_like = np.empty_like  # NEP 18: a FakeArray answers it
 
 
 def identity_fuse():
