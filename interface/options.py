@@ -146,5 +146,5 @@ def array_module(args):
 
 def on_device(xp, params, what="the model"):
     """params on xp's device (numpy: as they are), refused first if they do not fit in its free memory."""
-    device.check_fits(xp, device.tree_bytes(params), f"{what}'s weights ({device.tree_bytes(params) / 2**30:.1f} GiB)")
+    device.check_fits(xp, device.tree_bytes(params), f"loading {what}")
     return device.to_device(params, xp)

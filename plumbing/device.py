@@ -74,7 +74,7 @@ def check_fits(xp, needed, what):
         return
     free = free_bytes(xp)
     if needed > free:
-        raise UserError(f"{what} needs {needed / 2**30:.1f} GiB on the GPU, which has {free / 2**30:.1f} GiB free: "
+        raise UserError(f"{what} needs {needed / 1e9:.1f} GB on the GPU, but {free / 1e9:.1f} GB are free there: "
                         "use a smaller model, batch or context, or --device cpu")
 
 

@@ -241,9 +241,9 @@ def test_the_device_asked_for_and_what_is_missing(monkeypatch):
 
 def test_a_model_larger_than_the_free_memory_is_refused_before_loading(monkeypatch):
     monkeypatch.setattr(fake, "FREE", [3 * 2 ** 30])
-    device.check_fits(fake, 2 * 2 ** 30, "the model")
-    with pytest.raises(UserError, match=r"the model needs 6.0 GiB on the GPU, which has 3.0 GiB free"):
-        device.check_fits(fake, 6 * 2 ** 30, "the model")
+    device.check_fits(fake, 2 * 2 ** 30, "loading 124M")
+    with pytest.raises(UserError, match=r"loading 124M needs 6.4 GB on the GPU, but 3.2 GB are free there"):
+        device.check_fits(fake, 6 * 2 ** 30, "loading 124M")
     device.check_fits(np, 10 ** 15, "anything")  # the host's memory is plumbing/memory.py's
 
 
