@@ -14,12 +14,8 @@ interface/loading.py's work. The model needs NumPy alone, and knows nothing of e
 Arrays are float32. Shapes: B batch, T positions, C = n_embd, H = n_head, D = C / H (a head's width), V =
 n_vocab. Names follow OpenAI's checkpoint (wte, wpe, ln_1, c_attn, c_proj, ln_2, c_fc, ln_f), so the code and
 the checkpoint explain each other; hparams are hparams.json's (and a Hugging Face config's layer_norm_epsilon).
-
-On a GPU: a CuPy array answers NumPy's calls itself. NumPy hands np.exp(x), x @ w or np.split(x, 3)
-to the array's own __array_ufunc__ (NEP 13) or __array_function__ (NEP 18) when x is not NumPy's, so
-with the weights on a GPU (plumbing/device.py puts them there) every line below runs CuPy's kernels,
-unchanged. Four lines know it: an array made `like=` another (NEP 35: the mask, the KV cache, the ids
-where they meet the weights) and a host copy where sampling draws (docs/gpu.md).
+On a GPU the lines run as written: NumPy hands np.exp(x) or x @ w to x's own __array_ufunc__ (NEP 13), np.split to
+its __array_function__ (NEP 18), and a CuPy array runs its kernels; the few lines that know say why (docs/gpu.md).
 
 Hooks: each activation passes through hook(name, array), which returns the array to go on with (no_hook:
 unchanged); look_inside.py passes its own, so the forward pass is written once, here. Plain first: a fast form
@@ -136,14 +132,12 @@ def merge_heads(x):
 
 
 def causal_mask(n, like=None):
-    """0 where query i may look at key j (j <= i), -inf where j is in its future.   [n, n]
-    like: an array whose kind (NumPy's, a GPU's) the mask is made as: the scores it is added to."""
+    """0 where query i may look at key j (j <= i), -inf where j is in its future.   [n, n], of like's kind"""
     return np.triu(np.full((n, n), -np.inf, dtype=np.float32, like=like), k=1)
 
 
 def attention_scores(q, k):
-    """q kᵀ / √D + mask: how well each query matches each key.
-    q [B, H, Tq, D], k [B, H, Tk, D] -> [B, H, Tq, Tk]
+    """q kᵀ / √D + mask: how well each query matches each key.   q [B, H, Tq, D], k [B, H, Tk, D] -> [B, H, Tq, Tk]
     The queries are the last Tq of the Tk positions (the earlier keys may come from
     the cache): they see every earlier key, so only the last Tq keys need the mask."""
     n_queries = q.shape[-2]
@@ -165,13 +159,12 @@ def attention(q, k, v):
 
 
 def blocked_attention(q, k, v, block=128):
-    """attention(), a block of queries at a time. A block's last query sees keys only
-    up to its own position, so the keys after it (the masked part of the T x T
-    scores) are never computed: on a long prompt that halves the work."""
+    """attention(), a block of queries at a time. A block's last query sees keys only up to its own position,
+    so the keys after it (the masked part of the T x T scores) are never computed: on a long prompt that halves it."""
     n_queries, n_past = q.shape[-2], k.shape[-2] - q.shape[-2]
     if n_queries <= block:
         return attention(q, k, v)
-    out = np.empty_like(q)
+    out = np.empty_like(q)  # of q's kind: NumPy's, or a GPU's
     for start in range(0, n_queries, block):
         end = min(start + block, n_queries)
         out[..., start:end, :] = attention(q[..., start:end, :], k[..., :n_past + end, :], v[..., :n_past + end, :])
@@ -180,10 +173,8 @@ def blocked_attention(q, k, v, block=128):
 
 def new_kv_cache(hparams, batch, length, like=None):
     """Room for `length` positions of keys and values in every layer, and how many are filled.
-    Per layer: {"k": [B, H, length, D], "v": [B, H, length, D], "n": 0}
-    like: an array whose kind the cache is made as (the weights': NumPy's, or a GPU's)."""
-    H = hparams["n_head"]
-    shape = (batch, H, length, hparams["n_embd"] // H)
+    Per layer: {"k": [B, H, length, D], "v": [B, H, length, D], "n": 0}, arrays of like's kind (the weights')"""
+    shape = (batch, hparams["n_head"], length, hparams["n_embd"] // hparams["n_head"])
     return [{"k": np.empty(shape, np.float32, like=like), "v": np.empty(shape, np.float32, like=like), "n": 0}
             for _ in range(hparams["n_layer"])]
 
@@ -252,9 +243,8 @@ def gpt2_hidden(ids, params, hparams, kv_cache=None, last_only=False, hook=no_ho
 def gpt2(ids, params, hparams, kv_cache=None, last_only=False, hook=no_hook):
     """Token ids -> next-token logits at each position.
     wte[ids] + wpe[positions] -> blocks -> ln_f -> x @ wteᵀ
-    ids [B, T] -> logits [B, T, V]; only the last position with last_only. One sequence, ids [T],
-    is taken as a batch of one and gives [T, V]. With a kv_cache, ids are the positions after those
-    already cached."""
+    ids [B, T] -> logits [B, T, V]; only the last position with last_only. One sequence, ids [T], is taken
+    as a batch of one and gives [T, V]. With a kv_cache, ids are the positions after those already cached."""
     ids = checked_ids(ids, params, kv_cache[0]["n"] if kv_cache else 0)
     if ids.ndim == 1:  # one sequence: the caller's shorthand, as a batch of one
         return gpt2(ids[None], params, hparams, kv_cache, last_only, hook)[0]

@@ -195,11 +195,11 @@ def test_the_readmes_tour_of_gpt2_numpy_names_its_functions_through_generation()
 
 def test_each_module_has_a_test_file_named_for_it():
     """tests/test_X.py for each top-level X.py; every test file names the module it tests (test_train_lora.py:
-    a part of train.py), but for this one and the opt-in run on the real weights."""
+    a part of train.py), but for this one and the opt-in runs on the real weights and on a real GPU."""
     names = {os.path.basename(p)[5:-3] for p in glob.glob(os.path.join(HERE, "test_*.py"))}
     assert set(TOP) <= names, set(TOP) - names
     modules = {m.split(".")[-1] for m in PROJECT}
-    strays = {n for n in names - modules - {"layout", "real_weights"}
+    strays = {n for n in names - modules - {"layout", "real_weights", "gpu"}
               if not any(n.startswith(m + "_") for m in TOP)}
     assert not strays, f"test files that name no module: {sorted(strays)}"
 
