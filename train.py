@@ -374,7 +374,7 @@ def label_validation(params, hparams, data, recipe, batch_size=8):
     rows, losses, right = data["rows"], [], 0
     for start in range(0, len(rows), batch_size):
         x, labels = labelled_batch(rows, range(start, min(start + batch_size, len(rows))), data["pad_id"])
-        logits = classify.classifier_logits(x, params, hparams, data["pad_id"])
+        logits = host(classify.classifier_logits(x, params, hparams, data["pad_id"]))  # [B, K], read on the host
         losses.append(classify.label_loss(logits, labels) * len(labels))
         right += int((logits.argmax(-1) == labels).sum())
     return {"loss": sum(losses) / len(rows), "accuracy": right / len(rows)}
@@ -740,9 +740,6 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
     train_data, val_data = split_data(encoder, documents, examples, kind, recipe, head)
     check_run(hparams, recipe | ({"batch_size": 2 * recipe["batch_size"]} if kind == "preference" else {}), lora,
               available_memory() if xp is np else free_bytes(xp))  # 2 rows a pair
-    if xp is not np and kind == "labelled":
-        raise UserError("--device gpu trains a language model (documents, instructions, DPO, LoRA), not a classifier "
-                        "yet: use --device cpu")
     if not (new and not resume):
         params = to_device(params, xp)  # once, from the file's maps (numpy: they stay the maps)
     if kind == "preference":
@@ -761,8 +758,9 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
     else:
         params = writable_copy(params)
     if kind == "labelled":  # a classifier's head: the starting one, or new ones, normal(0, 0.02)
-        params["score"] = head["score"] if head else classify.new_score(len(train_data["labels"]), hparams["n_embd"],
-                                                                        recipe["seed"])
+        n_labels = len(train_data["labels"])
+        params["score"] = to_device(head["score"] if head else classify.new_score(n_labels, hparams["n_embd"],
+                                                                                  recipe["seed"]), xp)
     trained = lora["adapters"] if lora else params
     if lora and kind == "labelled":
         trained = trained | {"score": params["score"]}  # trained in full beside the adapters, as PEFT's SEQ_CLS

@@ -231,8 +231,10 @@ def run_preference(args):
 
 def run_classify(args):
     texts, labels = labelled_lines(args.file, args.limit)
+    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before the model is fetched
     encoder, hparams, params, head = loading.load_classifier(args.model, args.models_dir, args.base_url,
                                                              quiet=args.quiet)
+    params = on_device(xp, params, args.model)
     names = head["labels"]
     numbers = [classifier_files.label_number(label, names) for label in labels or []]
     if None in numbers:

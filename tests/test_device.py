@@ -344,3 +344,26 @@ def test_the_other_commands_print_the_same_on_the_device(tmp_path, capsys, fake_
         runs.append(in_process(main, capsys, *given, "--model", HF_TINY, "--device", name, "--json", "--quiet"))
     assert runs[0].returncode == runs[1].returncode == 0, runs[1].stderr
     assert runs[0].stdout.replace(str(tmp_path / "cpu"), "OUT") == runs[1].stdout.replace(str(tmp_path / "gpu"), "OUT")
+
+
+def test_a_classifier_trains_and_labels_on_the_device_as_on_the_cpu(tiny_model, tmp_path, capsys, fake_gpu):
+    from conftest import train_args
+    from interface import evaluate_cli, gpt2_cli, train_cli
+    words = ["good fine great", "bad awful poor"]
+    lines = [{"text": f"{words[i % 2]} {i}", "label": ["pos", "neg"][i % 2]} for i in range(12)]
+    data = tmp_path / "l.jsonl"
+    data.write_text("".join(__import__("json").dumps(line) + "\n" for line in lines))
+    outs = []
+    for name in ("cpu", "gpu"):
+        r = in_process(train_cli.main, capsys, *train_args(tiny_model, data, tmp_path / name, "--steps", "3", "--device",
+                                                            name))
+        assert r.returncode == 0, r.stderr
+        runs = [in_process(gpt2_cli.main, capsys, "--model", tmp_path / name, "--device", device_name, "--json",
+                           "good fine") for device_name in ("cpu", "gpu")]
+        assert runs[0].stdout == runs[1].stdout and runs[0].returncode == 0
+        outs.append(runs[0].stdout)
+        runs = [in_process(evaluate_cli.main, capsys, "classify", data, "--model", tmp_path / name, "--device",
+                           device_name, "--json", "--quiet") for device_name in ("cpu", "gpu")]
+        assert runs[0].stdout == runs[1].stdout and runs[0].returncode == 0, runs[1].stderr
+    got, want = (__import__("json").loads(o)["logits"] for o in outs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
