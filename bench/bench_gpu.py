@@ -144,7 +144,7 @@ def our_step(args):
     import backward
     import optimizer
     import train
-    xp = array_module(args.quick)
+    xp = np if args.cpu else array_module(args.quick)
     hp = hparams(args.size, args.quick)
     B, T = (2, 32) if args.quick else (args.batch, args.context)
     params = random_params(hp, xp)
@@ -165,8 +165,8 @@ def our_step(args):
         losses.append(loss)
 
     n = 2 if args.quick else args.steps
-    times = timed(step, xp, n, warm=2)
-    line = {"section": "step", "who": "ours", "size": args.size, "B": B, "T": T, "lora_rank": lora,
+    times = timed(step, xp, n, warm=1 if args.cpu else 2)
+    line = {"section": "step", "who": "ours, on the CPU" if args.cpu else "ours", "size": args.size, "B": B, "T": T, "lora_rank": lora,
             "tf32": os.environ.get("CUPY_TF32", "0"), "step_ms": [round(t * 1e3, 1) for t in times],
             "median_ms": round(statistics.median(times) * 1e3, 1),
             "tokens_per_s": round(B * T / statistics.median(times)), "peak_pool_gib": None,
@@ -391,6 +391,7 @@ def main():
     p.add_argument("--twins-off", action="store_true", help="step: timed again without the fused twins")
     p.add_argument("--no-torch", action="store_true", help="decode: ours alone")
     p.add_argument("--quick", action="store_true", help="tiny shapes, the fake device where no GPU answers")
+    p.add_argument("--cpu", action="store_true", help="step: on the CPU (NumPy), for the lesson's other side")
     args = p.parse_args()
     {"env": env, "step": our_step, "torch-step": torch_step, "decode": decode, "scratch": scratch}[args.section](args)
 

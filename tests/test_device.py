@@ -367,3 +367,21 @@ def test_a_classifier_trains_and_labels_on_the_device_as_on_the_cpu(tiny_model, 
         assert runs[0].stdout == runs[1].stdout and runs[0].returncode == 0, runs[1].stderr
     got, want = (__import__("json").loads(o)["logits"] for o in outs)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_ctrl_c_in_a_device_run_saves_the_steps_done_through_the_host(tiny_model, corpus, tmp_path, capsys, fake_gpu,
+                                                                      monkeypatch):
+    from conftest import train_args
+    from interface import train_cli
+    from plumbing.checkpoint import load_checkpoint
+    real_step = train.train_step
+
+    def stopped_at_the_third(*args, **kwargs):
+        if args[4] == 2:
+            raise KeyboardInterrupt
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(train, "train_step", stopped_at_the_third)
+    r = in_process(train_cli.main, capsys, *train_args(tiny_model, corpus, tmp_path / "o", "--device", "gpu"))
+    assert r.returncode == 130 and "interrupted: saved step 2" in r.stderr, r.stderr
+    assert isinstance(load_checkpoint(str(tmp_path / "o"))[1]["wte"], np.ndarray)
