@@ -138,18 +138,15 @@ def uniform(rng, like):
 # The fused twins: an element-wise hot spot as one kernel
 # ============================================================================
 # On a GPU every NumPy call is a kernel launch (~5-10 µs) and a pass over its arrays in the device's
-# memory: gelu_fast is 7 passes over [B, T, 4C], AdamW's update 14 per tensor (148 tensors in 124M).
-# cupy.fuse compiles a function of element-wise operations into one kernel. Each twin below is the
-# same equation as its plain form, written as one expression of arithmetic and the `exp`, `sqrt`
-# it is given (NumPy's in the test that holds the two equal, CuPy's, fused, on the GPU).
+# memory: gelu_backward_fast is 14 passes over [B, T, 4C], AdamW's update 14 per tensor (148 tensors in
+# 124M). cupy.fuse compiles a function of element-wise operations into one kernel. Each twin below is the
+# same equation as its plain form, written as one expression of arithmetic and the `exp`, `sqrt` it is
+# given (NumPy's in the test that holds the two equal, CuPy's, fused, on the GPU). They stand in where the
+# CPU would chunk: in_chunks (the backward's GELU) and adamw_step_fast; the forward's gelu_fast is called
+# as written (7 passes), since ffn asks for no helper.
 
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)  # gpt2_numpy's constants (this file cannot import a chapter)
 GELU_CUBIC = 0.044715
-
-
-def gelu_twin(x, exp):
-    """gpt2_numpy.gelu_fast: x / (1 + exp(-2y)),  y = x (a + b x²)"""
-    return x / (1.0 + exp(x * (-2.0 * SQRT_2_OVER_PI - 2.0 * GELU_CUBIC * SQRT_2_OVER_PI * x * x)))
 
 
 def gelu_backward_twin(x, dy, exp):
@@ -169,7 +166,7 @@ def adamw_twin(p, grad, m, v, decay, beta1, beta2, eps, step_size, rsqrt_c2, gra
     return p * (1.0 - decay) - step_size * (m / (sqrt(v) * rsqrt_c2 + eps)), m, v
 
 
-TWINS = {"gelu_fast": gelu_twin, "gelu_backward_fast": gelu_backward_twin}  # in_chunks' row-wise functions
+TWINS = {"gelu_backward_fast": gelu_backward_twin}  # the row-wise functions in_chunks is given, by name
 
 
 @functools.lru_cache(maxsize=None)
@@ -177,14 +174,14 @@ def twin(fn, xp):
     """The fused twin of fn (TWINS, by its name) as one kernel for xp's device (cupy.fuse, compiled at its
     first call and kept). None where there is none (NumPy, an array type without fuse, a function with no
     twin), and None where the twin does not give what fn gives on a probe: in a handout fn may be the
-    student's own (handout.py TWINS), which then runs as it is, in whole-array calls."""
+    student's own (handout.py TWINS), which then runs as it is, in whole-array calls (a right one passes
+    the probe, having run on it, and the kernel stands in for it)."""
     if not hasattr(xp, "fuse") or fn.__name__ not in TWINS:
         return None
     plain, exp = TWINS[fn.__name__], xp.exp
-    one = fn.__name__ == "gelu_fast"  # fuse reads the arguments from the signature: one lambda for each arity
-    fused = xp.fuse()((lambda x: plain(x, exp)) if one else (lambda x, dy: plain(x, dy, exp)))
-    probe = [xp.linspace(-8, 8, 257, dtype=np.float32).reshape(1, -1)] * (1 if one else 2)
-    same = xp.allclose(fused(*probe), fn(*probe), rtol=1e-5, atol=1e-6)
+    fused = xp.fuse()(lambda x, dy: plain(x, dy, exp))  # fuse reads the arguments from the signature
+    probe = xp.linspace(-8, 8, 257, dtype=np.float32).reshape(1, -1)
+    same = xp.allclose(fused(probe, probe), fn(probe, probe), rtol=1e-5, atol=1e-6)
     return fused if bool(same) else None
 
 

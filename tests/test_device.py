@@ -180,9 +180,8 @@ def test_dropout_on_the_device_draws_its_own_masks_the_same_for_the_same_seed(od
 
 def test_the_fused_twins_compute_what_their_plain_forms_compute():
     x, dy = (np.random.default_rng(s).standard_normal((4, 300)).astype(np.float32) * 4 for s in (0, 1))
-    x[0, :3] = -100.0, 100.0, 0.0  # exp(-2y) = inf: gelu's limit, -0, as gelu_fast's
-    with np.errstate(over="ignore"):  # as gelu_fast's: a GPU's exp gives inf without a word
-        np.testing.assert_allclose(device.gelu_twin(x, np.exp), g.gelu_fast(x), rtol=2e-6, atol=1e-7)
+    x[0, :3] = -100.0, 100.0, 0.0  # exp(-2y) = inf: the derivative's limit, 0, as gelu_backward_fast's
+    with np.errstate(over="ignore"):  # as gelu_backward_fast's: a GPU's exp gives inf without a word
         np.testing.assert_allclose(device.gelu_backward_twin(x, dy, np.exp), backward.gelu_backward_fast(x, dy),
                                    rtol=2e-5, atol=1e-6)
     p, grad, m, v = (np.random.default_rng(s).standard_normal(1000).astype(np.float32) for s in range(4))
@@ -209,7 +208,7 @@ def test_with_the_fused_twins_a_step_stays_within_a_hair_of_the_cpus(odd, fused)
 
 def test_a_twin_stands_in_only_for_the_function_it_twins(fused):
     """In a handout gelu_backward_fast may be the student's: the fused twin then does not replace it."""
-    assert device.twin(backward.gelu_backward_fast, fake) is not None and device.twin(g.gelu_fast, fake) is not None
+    assert device.twin(backward.gelu_backward_fast, fake) is not None and device.twin(g.gelu_fast, fake) is None
     assert device.twin(backward.gelu_backward_fast, np) is None
 
     def gelu_backward_fast(x, dy):  # a student's, wrong

@@ -136,9 +136,8 @@ def test_the_fused_twins_stand_in_on_the_gpu_and_equal_the_plain_forms():
     cp = gpu()
     x = cp.asarray(np.random.default_rng(4).standard_normal((64, 1024)).astype(np.float32) * 4)
     dy = cp.asarray(np.random.default_rng(5).standard_normal((64, 1024)).astype(np.float32))
-    fused_gelu, fused_backward = device.twin(g.gelu_fast, cp), device.twin(backward.gelu_backward_fast, cp)
-    assert fused_gelu is not None and fused_backward is not None
-    within(fused_gelu(x), device.host(g.gelu_fast(x)), 1e-6, "gelu's twin")
+    fused_backward = device.twin(backward.gelu_backward_fast, cp)
+    assert fused_backward is not None
     within(fused_backward(x, dy), device.host(backward.gelu_backward_fast(x, dy)), 1e-5, "gelu_backward's twin")
     p, grad, m, v = (cp.asarray(np.random.default_rng(s).standard_normal(4096).astype(np.float32)) for s in range(4))
     v = abs(v)
