@@ -166,7 +166,8 @@ def our_step(args):
 
     n = 2 if args.quick else args.steps
     times = timed(step, xp, n, warm=1 if args.cpu else 2)
-    line = {"section": "step", "who": "ours, on the CPU" if args.cpu else "ours", "size": args.size, "B": B, "T": T, "lora_rank": lora,
+    line = {"section": "step", "who": "ours, on the CPU" if args.cpu else "ours", "size": args.size, "B": B, "T": T,
+            "lora_rank": lora,
             "tf32": os.environ.get("CUPY_TF32", "0"), "step_ms": [round(t * 1e3, 1) for t in times],
             "median_ms": round(statistics.median(times) * 1e3, 1),
             "tokens_per_s": round(B * T / statistics.median(times)), "peak_pool_gib": None,
@@ -337,7 +338,8 @@ def torch_decode(args, hp, n, prompt, T):
             model(long, use_cache=True)
             torch_sync(dev)
             times.append(time.perf_counter() - start)
-    emit(section="decode", who="HF generate (greedy, eager, sdpa)", size=args.size, tokens=int(out.shape[1] - len(prompt)),
+    emit(section="decode", who="HF generate (greedy, eager, sdpa)", size=args.size,
+         tokens=int(out.shape[1] - len(prompt)),
          tokens_per_s=round(theirs, 1), ms_per_token=round(1e3 / theirs, 2), prefill_tokens=T,
          prefill_ms=round(statistics.median(times) * 1e3, 1), device=dev)
 
@@ -371,7 +373,8 @@ def scratch(args):
     losses, times = curves["gpu"]
     per = statistics.median(times[2:] or times)
     emit(section="scratch", recipe="README's from-scratch flags, --vocab-size 257, at 124M's shape (12 layers, 12 "
-                                   "heads, 768 wide), B=12 T=64", steps_timed=len(times), median_step_ms=round(per * 1e3, 1),
+                                   "heads, 768 wide), B=12 T=64", steps_timed=len(times),
+         median_step_ms=round(per * 1e3, 1),
          first_step_ms=round(times[0] * 1e3, 1), extrapolated_1000_steps_s=round(times[0] + 999 * per, 1),
          gpu_losses=[round(x, 4) for x in losses], cpu_losses=[round(x, 4) for x in curves["cpu"][0]],
          cpu_step_ms=[round(t * 1e3) for t in curves["cpu"][1]])

@@ -98,10 +98,13 @@ def mapped(fn, tree):
 
 def to_device(tree, xp):
     """Every array of tree (a model's params: read-only maps of the file) copied once onto xp's device,
-    as float32 (its ints as they are); numpy: the tree itself, nothing copied."""
+    as float32 (its ints as they are; one there already stays); numpy: the tree itself, nothing copied."""
     if xp is np:
         return tree
-    return mapped(lambda a: xp.asarray(a if a.dtype.kind in "iub" else np.asarray(a, np.float32)), tree)
+    def moved(a):
+        return a if on_device(a) else xp.asarray(a if a.dtype.kind in "iub" else np.asarray(a, np.float32))
+
+    return mapped(moved, tree)
 
 
 def on_device(x):

@@ -290,8 +290,8 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(device, "backend", lambda name="cpu": fake if device.chosen(name) == "gpu" else real(name))
 
 
-@pytest.mark.parametrize("flags", [["--seed", "3", "--n-tokens", "5", "--top-k", "5"], ["--trace"],
-                                   ["--lens"], ["--num-beams", "2", "--n-tokens", "4"], ["--draft", "lookup", "--greedy"]])
+@pytest.mark.parametrize("flags", [["--seed", "3", "--n-tokens", "5", "--top-k", "5"], ["--trace"], ["--lens"],
+                                   ["--num-beams", "2", "--n-tokens", "4"], ["--draft", "lookup", "--greedy"]])
 def test_gpt2_numpy_py_prints_the_same_on_the_device(tiny_model, capsys, fake_gpu, flags):
     from interface import gpt2_cli
     runs = [in_process(gpt2_cli.main, capsys, "--device", name, "--model", tiny_model, "--quiet", *flags,
@@ -300,7 +300,8 @@ def test_gpt2_numpy_py_prints_the_same_on_the_device(tiny_model, capsys, fake_gp
     assert runs[0].stdout == runs[1].stdout and runs[0].stdout
 
 
-@pytest.mark.parametrize("more", [[], ["--lora-rank", "2"]])
+@pytest.mark.parametrize("more", [[], ["--lora-rank", "2"], ["--data", os.path.join(ROOT, "data", "preferences.jsonl"),
+                                                              "--context", "64", "--batch-size", "2"]])
 def test_train_py_on_the_device_logs_and_saves_what_the_cpu_does(tiny_model, corpus, tmp_path, capsys, fake_gpu, more):
     """The run's losses are the CPU's, and what it saves (through the host) is the CPU's checkpoint."""
     from conftest import train_args
@@ -326,7 +327,8 @@ SAE_DIR = os.path.join(ROOT, "tests", "data", "sae_golden", "sae")
 
 
 @pytest.mark.parametrize("command, argv", [
-    ("evaluate", ["lambada", os.path.join(ROOT, "tests", "data", "eval", "lambada.jsonl")]), ("gpt2", ["--score", "x y z"]),
+    ("evaluate", ["lambada", os.path.join(ROOT, "tests", "data", "eval", "lambada.jsonl")]),
+    ("gpt2", ["--score", "x y z"]),
     ("circuits", ["patch", *IOI, "--site", "head"]), ("circuits", ["dla", *IOI[:2], *IOI[4:]]),
     ("circuits", ["attribution", *IOI]),
     ("sae", ["eval", "--sae", SAE_DIR, "--data", "TEXT"]),
@@ -354,8 +356,8 @@ def test_a_classifier_trains_and_labels_on_the_device_as_on_the_cpu(tiny_model, 
     data.write_text("".join(__import__("json").dumps(line) + "\n" for line in lines))
     outs = []
     for name in ("cpu", "gpu"):
-        r = in_process(train_cli.main, capsys, *train_args(tiny_model, data, tmp_path / name, "--steps", "3", "--device",
-                                                            name))
+        args = train_args(tiny_model, data, tmp_path / name, "--steps", "3", "--device", name)
+        r = in_process(train_cli.main, capsys, *args)
         assert r.returncode == 0, r.stderr
         runs = [in_process(gpt2_cli.main, capsys, "--model", tmp_path / name, "--device", device_name, "--json",
                            "good fine") for device_name in ("cpu", "gpu")]

@@ -116,7 +116,7 @@ def test_a_run_written_from_the_gpu_loads_on_the_cpu_with_the_cpus_numbers():
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("cpu", "gpu"):
             outs.append(os.path.join(tmp, name))
-            with contextlib.redirect_stdout(sys.stderr):  # its lines: stdout is the figures' (python3 tests/test_gpu.py)
+            with contextlib.redirect_stdout(sys.stderr):  # stdout is the figures' (python3 tests/test_gpu.py)
                 code = train_cli.main(["--from-scratch", "--vocab-size", "257", "--n-layer", "2", "--n-head", "4",
                                        "--n-embd", "128", "--context", "64", "--batch-size", "8", "--steps", "6",
                                        "--warmup", "2", "--eval-every", "3", "--sample-every", "100", "--data", data,
