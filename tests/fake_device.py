@@ -1,8 +1,9 @@
 """A fake GPU for the tests: CI has none. Its arrays hold NumPy arrays and answer NumPy's calls through
 the protocols a CuPy array answers them by (NEP 13 __array_ufunc__, NEP 18 __array_function__, NEP 35
-like=), and they are as strict as CuPy's: never turned into a NumPy array implicitly (__array__ raises,
-as CuPy's does), never mixed with a host array in a call, an index or an assignment (CuPy refuses
-those too: a host array must be copied over on purpose, np.asarray(a, like=x)). It counts what a
+like=), and they are at least as strict as CuPy's: never turned into a NumPy array implicitly (__array__
+raises, as CuPy's does), never mixed with a host array in a call (CuPy raises there too), nor in an index
+or an assignment (where CuPy would copy it over quietly: here every crossing of the bus is written,
+np.asarray(a, like=x)). It counts what a
 GPU would pay for: each call (a kernel launch), each copy to the host (.get()), each scalar read
 (float(x): a copy and a wait), each copy to the device.
 
