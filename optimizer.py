@@ -153,7 +153,8 @@ def adamw_step_on_device(jobs, grad_scale):
     for p, grad, m, v, settings in jobs:
         if fused:
             lr, decay, beta1, beta2, eps, correction1, correction2 = settings
-            p[...], m[...], v[...] = fused(p, grad, m, v, decay, beta1, beta2, eps, lr / correction1,
-                                           1.0 / math.sqrt(correction2), grad_scale)
+            scalars = (decay, beta1, beta2, eps, lr / correction1, 1.0 / math.sqrt(correction2), grad_scale)
+            # as float32: to the kernel a Python float is a double, and it would compute and return float64
+            p[...], m[...], v[...] = fused(p, grad, m, v, *map(np.float32, scalars))
         else:
             adamw_update_fast(p, grad * grad_scale, m, v, np.empty_like(p), *settings)

@@ -182,7 +182,7 @@ def twin(fn, xp):
     if not hasattr(xp, "fuse") or fn.__name__ not in TWINS:
         return None
     plain, exp = TWINS[fn.__name__], xp.exp
-    fused = xp.fuse()(lambda x, dy: plain(x, dy, exp))  # fuse reads the arguments from the signature
+    fused = xp.fuse(kernel_name=fn.__name__)(lambda x, dy: plain(x, dy, exp))  # a C name: a lambda's is not one
     probe = xp.linspace(-8, 8, 257, dtype=np.float32).reshape(1, -1)
     same = xp.allclose(fused(probe, probe), fn(probe, probe), rtol=1e-5, atol=1e-6)
     return fused if bool(same) else None
@@ -194,5 +194,6 @@ def adamw_twin_for(xp):
     if not hasattr(xp, "fuse"):
         return None
     sqrt = xp.sqrt
-    return xp.fuse()(lambda p, grad, m, v, decay, beta1, beta2, eps, step_size, rsqrt_c2, grad_scale:
-                     adamw_twin(p, grad, m, v, decay, beta1, beta2, eps, step_size, rsqrt_c2, grad_scale, sqrt))
+    return xp.fuse(kernel_name="adamw_twin")(
+        lambda p, grad, m, v, decay, beta1, beta2, eps, step_size, rsqrt_c2, grad_scale:
+        adamw_twin(p, grad, m, v, decay, beta1, beta2, eps, step_size, rsqrt_c2, grad_scale, sqrt))

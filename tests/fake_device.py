@@ -177,11 +177,15 @@ exp, sqrt = np.exp, np.sqrt  # ufuncs: a FakeArray answers them
 empty_like = np.empty_like  # NEP 18: a FakeArray answers it
 
 
-def identity_fuse():
+def identity_fuse(kernel_name=None):
     """cupy.fuse's stand-in, as this module's `fuse` when a test sets it (test_device.py's `fused`): the function
     as it is, its calls NumPy's on the fake arrays. Without it no fused twin stands in, and a run on the fake
-    device makes the CPU's own calls, so its numbers are the CPU's."""
-    return lambda fn: fn
+    device makes the CPU's own calls, so its numbers are the CPU's. As CuPy, it wants a C name for the kernel."""
+    def fused(fn):
+        if not (kernel_name or fn.__name__).isidentifier():
+            raise ValueError(f'Invalid kernel name: "{kernel_name or fn.__name__}" (give fuse a kernel_name)')
+        return fn
+    return fused
 
 
 class Generator:

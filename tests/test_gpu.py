@@ -141,7 +141,8 @@ def test_the_fused_twins_stand_in_on_the_gpu_and_equal_the_plain_forms():
     within(fused_backward(x, dy), device.host(backward.gelu_backward_fast(x, dy)), 1e-5, "gelu_backward's twin")
     p, grad, m, v = (cp.asarray(np.random.default_rng(s).standard_normal(4096).astype(np.float32)) for s in range(4))
     v = abs(v)
-    fused = device.adamw_twin_for(cp)(p, grad, m, v, 1e-4, 0.9, 0.999, 1e-8, 1e-3 / 0.1, 1 / math.sqrt(0.05), 0.5)
+    scalars = map(np.float32, (1e-4, 0.9, 0.999, 1e-8, 1e-3 / 0.1, 1 / math.sqrt(0.05), 0.5))  # as adamw_step_fast's
+    fused = device.adamw_twin_for(cp)(p, grad, m, v, *scalars)
     p2, m2, v2 = p.copy(), m.copy(), v.copy()
     optimizer.adamw_update_fast(p2, grad * 0.5, m2, v2, cp.empty_like(p2), 1e-3, 1e-4, 0.9, 0.999, 1e-8, 0.1, 0.05)
     for got, want, what in zip(fused, (p2, m2, v2), "pmv"):
