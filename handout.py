@@ -3,6 +3,8 @@
     python handout.py --list                  # the exercises, their functions and their tests
     python handout.py class/ 1 4 9            # a copy with exercises 1, 4 and 9 to do
     python handout.py class/                  # every exercise
+    python handout.py class/ 1 9 --notebook   # and class/exercises.ipynb: a check and a program cell each
+    python handout.py --progress class/ ...   # the teacher's view: done, failing, not started
 
 The copy holds what git tracks (a .venv and the models stay behind: the message says where).
 In the copy, each chosen function keeps its signature and docstring, and its body is
@@ -27,6 +29,7 @@ if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are o
     start("handout_cli")  # the command line (--list, or a copy with exercises to do)
 
 import ast
+import json
 import os
 import shutil
 import subprocess
@@ -35,6 +38,8 @@ from plumbing.errors import UserError
 from plumbing.folders import check_new_folder, whole_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RECORD = "handout.json"  # in a handout: which exercises it holds ({"exercises": [1, 9], ...}), for --progress
+NOTEBOOK = "exercises.ipynb"  # in a handout written with --notebook
 
 # number: (title, [(file, function, that function's own test)], [the exercise's other tests], where a
 # student sees it at work: one of WHERE's programs). docs/exercises.md names the same tests.
@@ -177,6 +182,9 @@ EXERCISES = {
          [("dpo.py", "dpo_loss", "test_each_sequences_weight_is_minus_the_losss_derivative_by_its_logp")],
          ["test_sigmoid_norm_is_raschkas_per_token_average", "test_the_loss_every_metric_and_every_gradient_are_trls"],
          "dpo"),
+    42: ("the ActAdd hook",
+         [("steer.py", "act_add", "test_act_add_hook_adds_to_the_front_and_leaves_a_one_position_pass")],
+         ["test_act_add_is_the_papers_vector_logits_and_greedy_ids"], "steer"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -196,7 +204,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "attribution": "python circuits.py attribution",
          "classify": "python evaluate.py classify FILE --model CLS",
          "q8_0": "python convert.py MODEL OUT.gguf --to gguf --gguf-type q8_0, then --model OUT.gguf",
-         "sae": "sae.train_step and sae.encode on gathered activations (as python sae.py train runs them)"}
+         "sae": "sae.train_step and sae.encode on gathered activations (as python sae.py train runs them)",
+         "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C'}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -216,7 +225,7 @@ NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11)
          "dla": (1, 2, 3, 9, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 9, 10, 11, 12, 16, 17, 27, 30),
          "classify": (1, 2, 3, 5, 9, 10, 11, 12, 34),
          "q8_0": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 35),
-         "sae": (1, 2, 3, 9, 10, 11, 12, 19, 36, 37, 38)}
+         "sae": (1, 2, 3, 9, 10, 11, 12, 19, 36, 37, 38), "steer": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 42)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise. The
@@ -285,7 +294,7 @@ def tracked_files(root):
 
 
 # Not a git checkout (a zip, a handout's own copy): everything but these, and any virtual environment.
-SKIP = shutil.ignore_patterns(".git", "models", "out", "__pycache__", ".pytest_cache", "*.part")
+SKIP = shutil.ignore_patterns(".git", "models", "out", "__pycache__", ".pytest_cache", "*.part", RECORD, NOTEBOOK)
 
 
 def copy_project(root, to, leave_out):
@@ -336,10 +345,12 @@ def exercise_message(number, function):
     return f"exercise {number} ({title}): write {function}; then run python -m pytest -q -k {test}"
 
 
-def write_handout(out, numbers, root=HERE, bodies=None):
+def write_handout(out, numbers, root=HERE, bodies=None, record=None, more=None):
     """Copy the project at root to out, with the functions of the exercises `numbers` blanked,
-    and each fast twin of a blanked function made a call to it (TWINS): whole or not at all.
-    bodies: {function: body} to write instead of a blank (a test's stand-in for a student)."""
+    and each fast twin of a blanked function made a call to it (TWINS), and RECORD, which names
+    them (with `record`'s keys): whole or not at all. bodies: {function: body} to write instead of a
+    blank (a test's stand-in for a student). more(folder): writes more into the copy before it is
+    whole (the notebook)."""
     unknown = [n for n in numbers if n not in EXERCISES]
     if unknown:
         raise UserError(f"no exercise {unknown[0]}: choose from 1 to {max(EXERCISES)}")
@@ -356,6 +367,10 @@ def write_handout(out, numbers, root=HERE, bodies=None):
                 source = f.read()
             with open(path, "w", encoding="utf-8") as f:
                 f.write(replace_body(source, function, body))
+        with open(os.path.join(tmp, RECORD), "w", encoding="utf-8") as f:
+            json.dump({"exercises": list(numbers), **(record or {})}, f, indent=1)
+        if more:
+            more(tmp)
     return out
 
 

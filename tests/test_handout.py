@@ -211,7 +211,7 @@ def test_a_handout_copies_what_git_tracks(tmp_path):
     with open(os.path.join(project, "mod.py"), "a", encoding="utf-8") as f:
         f.write("y = 2\n")
     handout.write_handout(str(tmp_path / "class"), [], root=project)
-    assert files_in(tmp_path / "class") == ["handout.py", "mod.py", os.path.join("tests", "test_mod.py")]
+    assert files_in(tmp_path / "class") == [handout.RECORD, "handout.py", "mod.py", os.path.join("tests", "test_mod.py")]
     assert (tmp_path / "class" / "mod.py").read_text() == "x = 1\ny = 2\n"
     with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as f:
         assert ".venv/" in f.read().split(), "a virtual environment in the project folder is not in .gitignore"
@@ -221,7 +221,7 @@ def test_a_handout_of_a_folder_git_does_not_track_leaves_out_virtual_environment
     """Not a git checkout (a zip's folder, a handout's copy), or one inside a repository that does not track
     the project (a home folder kept in git): every file but models/, caches and virtual environments."""
     project = small_project(str(tmp_path / "home" / "project"))
-    expected = ["handout.py", "mod.py", "scratch.txt", os.path.join("tests", "test_mod.py")]
+    expected = [handout.RECORD, "handout.py", "mod.py", "scratch.txt", os.path.join("tests", "test_mod.py")]
     handout.write_handout(str(tmp_path / "class"), [], root=project)
     assert files_in(tmp_path / "class") == expected
     git(tmp_path / "home", "init", "-q")
@@ -347,6 +347,8 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "classify": ["evaluate.py", "classify", "labelled.jsonl", "--model", "classifier", "--json", "--quiet"],
     "q8_0": ["-c", Q8_0],
     "sae": ["-c", SAE],
+    "steer": ["steer.py", "add", PROMPT, "--add", "Love and peace", "--sub", "Hate", "--layer", "1", "--coeff", "500",
+              "--model", "model", "--greedy", "--n-tokens", "8", "--quiet"],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -389,6 +391,8 @@ WRONG = {
     "quantize_block": "d = np.max(np.abs(x)) / np.float32(127)\ninverse = np.float32(1) / d if d else np.float32(0)\n"
                       "return np.float16(d), (x * inverse).astype(np.int8)",  # truncated toward zero, not rounded
     "encode_pre": "return x @ sae['W_enc'] + sae['b_enc']",  # b_dec not taken away first
+    "act_add": "x = x.copy()\nn = min(len(vector), x.shape[1])\nx[:, -n:] += vector[-n:]\nreturn x",
+    # at the back, not the front: every cached step is steered too
     "mse_loss": "return float(((x_hat - x) ** 2).mean())",  # the mean over the width too: d_in times too small
     "activation_grads": "ids = checked_ids(ids, params)\n"
                         "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"

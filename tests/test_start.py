@@ -51,7 +51,9 @@ def commands(url):
             "download.py": [TINY, "download.py", "124M", *mirror],
             "handout.py": [os.path.join(ROOT, "handout.py"), "class"],
             "sae.py": [TINY, "sae.py", "train", "--site", "blocks.0.hook_resid_pre", "--data", TEXT, "--d-sae", "16",
-                       "--l1", "1", "--tokens", "8192", "--out", "sae", *mirror]}
+                       "--l1", "1", "--tokens", "8192", "--out", "sae", *mirror],
+            "steer.py": [TINY, "steer.py", "add", "I hate you because", "--add", "Love", "--sub", "Hate", "--layer",
+                         "0", "--coeff", "5", "--logits", "logits.npy", *mirror]}
 
 
 def handles(pid, signum):

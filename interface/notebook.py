@@ -1,0 +1,538 @@
+"""The notebook handout: exercises.ipynb in a handout's folder, the two calls its cells make, and
+the teacher's view of a class.
+
+    write_notebook(folder, numbers)   exercises.ipynb: for each exercise its text, its functions, a check, its program
+    check(N)                          a cell: the student's functions into the program's files, then N's tests
+    run_program(N)                    a cell: the program exercise N feeds, on the handout's model
+    progress(folder)                  each exercise: done, failing (which tests) or not started
+
+The notebook and the files are one handout. A student cell, once written (its body no longer
+`raise NotImplementedError(...)`), wins: check and run_program write its body into the function's
+file, over what the file held. A cell still blank leaves the file as it is, so a student may write
+in the files instead and still use the notebook's checks. The cell that counts is the one last run
+in the kernel (IPython's `In`), else the one saved in exercises.ipynb (as --progress reads it).
+"""
+import ast
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import handout
+from plumbing.errors import UserError
+from plumbing.folders import MODELS_DIR_ENV, whole_file
+
+PROMPT = "Alan Turing theorized that computers would one day become"
+IOI = ["--clean", "When Mary and John went to the store, John gave a drink to",
+       "--corrupted", "When Mary and John went to the store, Mary gave a drink to",
+       "--answer", " Mary", "--wrong", " John"]
+TRAIN = ["--model", "MODEL", "--out", "OUT", "--steps", "3", "--batch-size", "2", "--context", "32",
+         "--eval-every", "1", "--sample-every", "3", "--quiet"]
+# The programs that are a few lines of Python rather than a command: python -c HEADS MODEL, ... (SCRIPTS).
+HEADS = """import sys, numpy as np, look_inside
+from interface import loading
+encoder, hp, params = loading.load_model(sys.argv[1])
+ids = encoder.encode("the leanness that afflicts us, the object of our misery; the leanness that afflicts us")
+_, cache = look_inside.run_with_cache([ids], params, hp, names=lambda n: n.endswith("hook_pattern"))
+pattern = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(hp["n_layer"])])
+print("previous-token scores, a row a layer:", look_inside.previous_token_scores(pattern).astype(float).round(3))
+print("induction scores, a row a layer:", look_inside.induction_scores(pattern, ids).astype(float).round(3))
+"""
+ABLATE = """import sys, look_inside
+from interface import loading
+encoder, hp, params = loading.load_model(sys.argv[1])
+ids = [encoder.encode("What authority surfeits on would relieve us: if they would yield us but the superfluity")]
+print("loss:", round(look_inside.loss(ids, params, hp), 4))
+ablated = {"blocks.0.attn.hook_z": look_inside.zero_ablate_head(1)}
+print("with layer 0's head 1 ablated:", round(look_inside.loss(ids, params, hp, ablated), 4))
+"""
+Q8_0 = """import os, sys, convert, gpt2_numpy as g
+from interface import loading
+os.makedirs(sys.argv[2])
+convert.convert(loading.fetch_model(sys.argv[1]), os.path.join(sys.argv[2], "model.gguf"), "gguf", "q8_0")
+encoder, hp, params = loading.load_model(os.path.join(sys.argv[2], "model.gguf"))
+ids = encoder.encode("Alan Turing theorized that")
+print("greedy, from the Q8_0 file:", [int(t[0]) for t in g.generate(ids, params, hp, n_tokens=8, top_k=1)])
+"""
+SAE = """import sys, sae
+from interface import loading
+encoder, hp, params = loading.load_model(sys.argv[1])
+with open(sys.argv[2], encoding="utf-8") as f:
+    rows = sae.windows(encoder.encode(f.read()), 16, encoder.eot)[:8]
+x = sae.gather(rows, params, hp, "blocks.0.hook_resid_post").reshape(-1, hp["n_embd"])
+s = sae.new_sae(x.shape[1], 32, seed=0, metadata={"hook_name": "blocks.0.hook_resid_post"})
+state = sae.new_adam_state(s)
+for step in range(3):
+    losses = sae.train_step(x, s, state, 1e-2, sae.l1_coefficient(step, 1.0, 2))
+    print(f"step {step + 1}:", {k: round(v, 4) for k, v in losses.items()})
+print("the latents' sum:", round(float(sae.encode(x, s).sum()), 4))
+"""
+SCRIPTS = {"HEADS": HEADS, "ABLATE": ABLATE, "Q8_0": Q8_0, "SAE": SAE}
+# What a program cell runs for each of handout.WHERE's programs: python's arguments, in the handout's
+# folder, MODEL the handout's model, OUT a new folder, TEXT the first lines of data/tinyshakespeare.txt,
+# LAMBADA five of its lines as lambada's JSON lines, PAIRS instruction pairs made of its words. Each
+# prints the same every run (greedy, or a fixed seed). A program not here is named for the student to
+# run (it reads a file of their own: a classifier).
+COMMANDS = {
+    "heads": ["-c", "HEADS", "MODEL"],
+    "ablate": ["-c", "ABLATE", "MODEL"],
+    "q8_0": ["-c", "Q8_0", "MODEL", "OUT"],
+    "sae": ["-c", "SAE", "MODEL", "TEXT"],
+    "lambada": ["evaluate.py", "lambada", "LAMBADA", "--model", "MODEL", "--quiet"],
+    "instruction": ["train.py", "--data", "PAIRS", *TRAIN],
+    "generate": ["gpt2_numpy.py", "--model", "MODEL", "--seed", "1", "--top-k", "20", "--top-p", "0.9",
+                 "--n-tokens", "20", "--quiet", PROMPT],
+    "params": ["gpt2_numpy.py", "--params", "MODEL"],
+    "lens": ["gpt2_numpy.py", "--model", "MODEL", "--lens", PROMPT],
+    "repetition": ["gpt2_numpy.py", "--model", "MODEL", "--greedy", "--repetition-penalty", "1.1", "--n-tokens", "20",
+                   "--quiet", PROMPT],
+    "ngrams": ["gpt2_numpy.py", "--model", "MODEL", "--greedy", "--no-repeat-ngram-size", "2", "--n-tokens", "20",
+               "--quiet", PROMPT],
+    "beams": ["gpt2_numpy.py", "--model", "MODEL", "--num-beams", "3", "--n-tokens", "12", "--quiet", PROMPT],
+    "train": ["train.py", "--data", "TEXT", *TRAIN],
+    "lora": ["train.py", "--data", "TEXT", *TRAIN, "--lora-rank", "4", "--lora-alpha", "8"],
+    "dpo": ["train.py", "--data", os.path.join("data", "preferences.jsonl"), *TRAIN],
+    "from_scratch": ["train.py", "--from-scratch", "--data", "TEXT", "--out", "OUT", "--vocab-size", "270",
+                     "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--context", "16", "--batch-size", "2",
+                     "--steps", "3", "--eval-every", "1", "--sample-every", "3", "--quiet"],
+    "perplexity": ["evaluate.py", "perplexity", "TEXT", "--model", "MODEL", "--context", "64", "--stride", "32",
+                   "--quiet"],
+    "circuits": ["circuits.py", "logit-diff", *IOI[:2], *IOI[4:], "--model", "MODEL"],
+    "patch": ["circuits.py", "patch", *IOI, "--site", "head", "--model", "MODEL"],
+    "dla": ["circuits.py", "dla", *IOI[:2], *IOI[4:], "--model", "MODEL"],
+    "attribution": ["circuits.py", "attribution", *IOI, "--site", "head", "--model", "MODEL"],
+}
+TEXT_CHARACTERS = 2000  # of Shakespeare, for TEXT: a few seconds of training or scoring
+
+
+def read_record(folder):
+    """handout.json of a handout's folder -> {"exercises": [...], "model": ..., ...}; else one line."""
+    try:
+        with open(os.path.join(folder, handout.RECORD), encoding="utf-8") as f:
+            record = json.load(f)
+        numbers = record["exercises"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(f"not a handout (no readable {handout.RECORD}: python handout.py {folder} 1 9 writes one)",
+                        path=folder) from None
+    unknown = [n for n in numbers if n not in handout.EXERCISES]
+    if unknown:
+        raise UserError(f"{handout.RECORD} names exercise {unknown[0]}, which this project has not", path=folder)
+    return record
+
+
+# --- the student's cells ---------------------------------------------------------------------
+
+def cell_marker(number, function):
+    """The first line of a student cell, which finds it again in the kernel's history."""
+    return f"# exercise {number}: {function} ("
+
+
+def saved_cells(folder):
+    """{(number, function): source} of the student cells saved in the folder's exercises.ipynb: each
+    found by its first line, or, that line gone, by its place among its exercise's student cells."""
+    path = os.path.join(folder, handout.NOTEBOOK)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            cells = json.load(f)["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError("not a notebook that Jupyter saved (its JSON does not read)", path=path) from None
+    by_exercise = {}
+    for cell in cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        numbers = [int(t.split("-")[1]) for t in tags if re.fullmatch(r"exercise-\d+", t)]
+        if cell.get("cell_type") == "code" and "student" in tags and numbers and numbers[0] in handout.EXERCISES:
+            source = cell.get("source", "")
+            by_exercise.setdefault(numbers[0], []).append(source if isinstance(source, str) else "".join(source))
+    found = {}
+    for number, sources in by_exercise.items():
+        names = [function for _, function in handout.functions(number)]
+        for i, function in enumerate(names):
+            marked = [s for s in sources if s.lstrip().startswith(cell_marker(number, function))]
+            if marked or i < len(sources):
+                found[(number, function)] = marked[-1] if marked else sources[i]
+    return found
+
+
+def history_cells(history, numbers):
+    """{(number, function): source} of the student cells as last run in the kernel (IPython's In)."""
+    found = {}
+    for source in history or []:  # oldest first: a later run replaces an earlier one
+        for number in numbers:
+            for _, function in handout.functions(number):
+                if isinstance(source, str) and source.lstrip().startswith(cell_marker(number, function)):
+                    found[(number, function)] = source
+    return found
+
+
+def is_blank(node):
+    """A def whose body (its docstring aside) is nothing, or raise NotImplementedError(...): not written."""
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    if not body:
+        return True
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    raised = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
+
+
+def body_text(source, node):
+    """A def's body as written, its docstring left out, dedented (comments above its first line kept)."""
+    documented = ast.get_docstring(node) is not None
+    body = node.body[1:] if documented else node.body
+    first = node.body[0].end_lineno if documented else body[0].lineno - 1
+    column = body[0].col_offset
+    lines = [line[column:] if not line[:column].strip() else line.lstrip()
+             for line in source.splitlines()[first:node.end_lineno]]
+    return "\n".join(lines).strip("\n")
+
+
+def cell_body(source, number, function):
+    """The body a student cell gives `function`, or None while it is blank; a cell that is not
+    Python, or that defines another name, is one line (a UserError)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise UserError(f"exercise {number}: {function}'s cell is not Python: line {e.lineno}: {e.msg}") from None
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    node = next((n for n in defs if n.name == function), None)
+    if node is None:
+        named = f" (it defines {', '.join(n.name for n in defs)})" if defs else ""
+        raise UserError(f"exercise {number}: {function}'s cell defines no function {function}{named}: "
+                        f"keep the name, the program calls it by it")
+    return None if is_blank(node) else body_text(source, node)
+
+
+def apply_cells(folder, numbers, cells):
+    """Write each written cell's body into its function's file in folder -> ({(number, function):
+    "notebook", "files" or None (blank in both)}, {(number, function): one line, for each cell that
+    could not be written}): a cell that is not Python, or defines another name, or a file that is not."""
+    written, problems, sources, trees = {}, {}, {}, {}
+    for number in numbers:
+        for file, function in handout.functions(number):
+            if file not in sources:
+                with open(os.path.join(folder, file), encoding="utf-8") as f:
+                    sources[file] = f.read()
+            try:
+                trees[file] = trees.get(file) or ast.parse(sources[file])
+            except SyntaxError as e:
+                problems[(number, function)] = f"exercise {number}: {file} is not Python: line {e.lineno}: {e.msg}"
+                written[(number, function)] = "files"
+                continue
+            try:
+                body = cell_body(cells[(number, function)], number, function) if (number, function) in cells else None
+            except UserError as e:
+                problems[(number, function)] = str(e)
+                written[(number, function)] = "notebook"
+                continue
+            if body is None:
+                blank = is_blank(handout.function_node(trees[file], function))
+                written[(number, function)] = None if blank else "files"
+                continue
+            sources[file], trees[file] = handout.replace_body(sources[file], function, body), None
+            written[(number, function)] = "notebook"
+    for file, source in sources.items():
+        path = os.path.join(folder, file)
+        with open(path, encoding="utf-8") as f:
+            if f.read() == source:
+                continue
+        with whole_file(path, file) as tmp:  # never half a file
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(source)
+    return written, problems
+
+
+# --- the exercise's tests --------------------------------------------------------------------
+
+def test_files(folder, tests):
+    """The files under folder/tests that define these tests (collecting only them is faster)."""
+    files = []
+    for path in sorted(os.listdir(os.path.join(folder, "tests"))):
+        if re.fullmatch(r"test_\w+\.py", path):
+            with open(os.path.join(folder, "tests", path), encoding="utf-8") as f:
+                defined = set(re.findall(r"^def (test_\w+)", f.read(), re.M))
+            if defined & set(tests):
+                files.append(os.path.join("tests", path))
+    return files
+
+
+def run_tests(folder, tests):
+    """The student's command, python -m pytest -q -k NAME, in folder -> (the names that passed, {failed
+    name: pytest's line}, pytest's count line); a pytest that could not run is one line (UserError)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the folder's modules, not another's
+    env["COLUMNS"] = "1000"  # each failure's line whole, its message included
+    command = [sys.executable, "-m", "pytest", "-q", "-rA", "--color=no", "-p", "no:cacheprovider",
+               *test_files(folder, tests), "-k", " or ".join(tests)]
+    r = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env)
+    lines = r.stdout.splitlines()
+    if r.returncode == 5:  # none of them is in the folder's tests/
+        return set(), {}, f"no test ran: the folder's tests/ has none of {', '.join(tests)}"
+    if r.returncode not in (0, 1) and not any(line.startswith("ERROR ") for line in lines):
+        said = (r.stderr.strip() or r.stdout.strip() or "no output").splitlines()[-1]
+        raise UserError(f"pytest did not run in {folder} ({said}): install requirements.txt in this python "
+                        f"({sys.executable})")
+    sections = re.split(r"^_{3,} (\S+) _{3,}$", r.stdout, flags=re.M)  # each failure's traceback
+    said = {name.split("[")[0]: [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+            for name, text in zip(sections[1::2], sections[2::2])}
+    passed, failed = set(), {}
+    for line in lines:
+        kind, _, rest = line.partition(" ")
+        name = re.match(r"\S*::(\w+)", rest)
+        if kind == "PASSED" and name:
+            passed.add(name.group(1))
+        elif kind in ("FAILED", "ERROR"):
+            test = name.group(1) if name else rest.split(" - ")[0]
+            if line.rstrip().endswith(":"):  # a message that starts on its next line (NumPy's): its first lines
+                line = " ".join([line.rstrip(), *[e for e in said.get(test, [])[1:] if e][:2]])
+            failed.setdefault(test, line)
+    count = next((re.sub(r"(, \d+ deselected)? in [\d.]+s.*", "", line.strip("= ")) for line in reversed(lines)
+                  if re.search(r"\d+ (passed|failed|error)", line)), "no test ran")
+    return passed - set(failed), failed, count
+
+
+def blanks(written, number):
+    return [function for _, function in handout.functions(number) if written[(number, function)] is None]
+
+
+def check_lines(folder, number, history=None):
+    """What a check cell prints: each problem in one line; "not written yet"; or pytest's verdict."""
+    numbers = read_record(folder)["exercises"]
+    if number not in numbers:
+        return [f"exercise {number} is not in this handout (it holds {handout.spans(numbers)})"]
+    title, file = handout.EXERCISES[number][0], handout.EXERCISES[number][1][0][0]
+    written, problems = apply_cells(folder, [number], {**saved_cells(folder), **history_cells(history, [number])})
+    if problems:
+        return list(dict.fromkeys(problems.values()))
+    todo = blanks(written, number)
+    if len(todo) == len(handout.functions(number)):
+        return [f"exercise {number} ({title}): not written yet: write {', '.join(todo)} in the cells above "
+                f"(or in {file})"]
+    _, failed, count = run_tests(folder, handout.tests(number))
+    return ([f"exercise {number}: {function} not written yet" for function in todo]
+            + list(failed.values()) + [count])
+
+
+def run_program_lines(folder, number, history=None):
+    """What a program cell prints: which exercise it still needs, or the program's output."""
+    record = read_record(folder)
+    numbers, where = record["exercises"], handout.EXERCISES[number][3] if number in handout.EXERCISES else None
+    if number not in numbers:
+        return [f"exercise {number} is not in this handout (it holds {handout.spans(numbers)})"]
+    written, problems = apply_cells(folder, numbers, {**saved_cells(folder), **history_cells(history, numbers)})
+    if problems:
+        return list(dict.fromkeys(problems.values()))
+    todo = [n for n in handout.needed_by(where) if n in numbers and blanks(written, n)]
+    if todo:
+        return [f"{handout.WHERE[where]} needs exercise{'s' * (len(todo) > 1)} {handout.spans(todo)} written first: "
+                + "; ".join(f"{n} ({', '.join(blanks(written, n))} not yet)" for n in todo)]
+    if where not in COMMANDS:
+        return [f"exercise {number} runs in {handout.WHERE[where]}: run it there yourself"]
+    model = record.get("model") or "124M"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if os.path.isdir(record.get("models_dir") or "") and MODELS_DIR_ENV not in env:
+        env[MODELS_DIR_ENV] = record["models_dir"]  # the project's models, where the handout's message says they stay
+    with tempfile.TemporaryDirectory() as tmp:
+        files = program_files(folder, tmp)
+        argv = [{"MODEL": model, **SCRIPTS, **files}.get(a, a) for a in COMMANDS[where]]
+        r = subprocess.run([sys.executable, *argv], cwd=folder, capture_output=True, text=True, env=env)
+    said = r.stdout.rstrip("\n"), r.stderr.rstrip("\n")
+    for name, path in files.items():  # the temporary files by their names: the same every run
+        said = tuple(text.replace(path, name) for text in said)
+    lines = [f"$ python {' '.join(shlex.quote(model if a == 'MODEL' else a) for a in COMMANDS[where])}",
+             *said[0].splitlines()]
+    if r.returncode:
+        lines += [f"the program stopped (exit status {r.returncode}):", *said[1].splitlines()[-12:]]
+    return lines
+
+
+def program_files(folder, tmp):
+    """{TEXT, LAMBADA, PAIRS, OUT: a path in tmp}: the files a program cell reads, made from the first
+    lines of the handout's data/tinyshakespeare.txt, and a folder for what it writes."""
+    with open(os.path.join(folder, "data", "tinyshakespeare.txt"), encoding="utf-8") as f:
+        text = f.read(TEXT_CHARACTERS)
+    lines = [line for line in text.splitlines() if len(line.split()) >= 6][:5]
+    words = list(dict.fromkeys(re.findall(r"\b[a-z]{4,}\b", text)))[:16]
+    files = {"TEXT": text, "LAMBADA": "".join(json.dumps({"text": line}) + "\n" for line in lines),
+             "PAIRS": "".join(json.dumps({"prompt": f"Say {w} backwards:", "response": f" {w[::-1]}"}) + "\n"
+                              for w in words)}
+    paths = {"OUT": os.path.join(tmp, "out")}
+    for name, content in files.items():
+        paths[name] = os.path.join(tmp, name.lower() + (".txt" if name == "TEXT" else ".jsonl"))
+        with open(paths[name], "w", encoding="utf-8") as f:
+            f.write(content)
+    return paths
+
+
+def kernel_history():
+    """The cells run so far in this kernel, oldest first (IPython's In), or None outside IPython."""
+    import __main__
+    history = getattr(__main__, "In", None)
+    return history if isinstance(history, list) else None
+
+
+def check(number):
+    """A check cell: write exercise `number`'s cells into the program's files, run its tests, print
+    the verdict. It never raises for what the student wrote, so Run all goes on."""
+    try:
+        print("\n".join(check_lines(os.getcwd(), number, kernel_history())))
+    except UserError as e:
+        print(e)
+
+
+def run_program(number):
+    """A program cell: the program exercise `number` feeds, on the handout's model, running every
+    function the notebook's cells hold; or the exercise it still needs."""
+    try:
+        print("\n".join(run_program_lines(os.getcwd(), number, kernel_history())))
+    except UserError as e:
+        print(e)
+
+
+# --- writing the notebook --------------------------------------------------------------------
+
+def exercise_texts(docs):
+    """{number: markdown} of each numbered item "N. **title** ..." of docs/exercises.md."""
+    with open(docs, encoding="utf-8") as f:
+        items = re.split(r"\n(?=\d+\. \*\*)", f.read())
+    texts = {}
+    for item in items:
+        item = item.split("\n#", 1)[0].strip()  # an item ends at the next heading, if one comes first
+        if re.match(r"\d+\. \*\*", item):
+            number, text = item.split(". ", 1)
+            texts[int(number)] = "\n".join(line.strip() for line in text.splitlines())
+    return texts
+
+
+def student_source(folder, number, file, function, parsed):
+    """A student cell: its marker line, the file's names (its constants, for a default argument; NumPy,
+    to try the function here), then the blanked def as the handout's file holds it. parsed: {file:
+    (source, tree)}, each file read once for the whole notebook."""
+    if file not in parsed:
+        with open(os.path.join(folder, file), encoding="utf-8") as f:
+            source = f.read()
+        parsed[file] = source, ast.parse(source)
+    source, tree = parsed[file]
+    node = handout.function_node(tree, function)
+    lines = source.splitlines()[node.lineno - 1:node.end_lineno]
+    definition = "\n".join(line[node.col_offset:] if not line[:node.col_offset].strip() else line for line in lines)
+    module = file[:-3].replace("/", ".")
+    return (f"{cell_marker(number, function)}{file}): write its body; check({number}) below puts it into "
+            f"{file} and runs the tests\nfrom {module} import *  # the file's names\n\n{definition}\n")
+
+
+def cell(kind, source, tags, key):
+    lines = source.splitlines(keepends=True)
+    made = {"cell_type": kind, "id": key, "metadata": {"tags": tags}, "source": lines}
+    return {**made, "execution_count": None, "outputs": []} if kind == "code" else made
+
+
+INTRO = """# Exercises {numbers}
+
+Each exercise below has its text, a cell for each function to write, a check and the program it feeds.
+Run this notebook from the handout's folder (Jupyter, JupyterLab or VS Code: open `{notebook}` there;
+Colab: zip the folder, upload and unzip it, and the first cell below moves into it).
+
+- **Write** each function's body in its cell, and run the cell. Only the body goes into the program:
+  a helper you need, define it inside the function.
+- **`check(N)`** writes the functions of exercise N into the program's file (the notebook's cell wins over
+  what the file held), runs the exercise's tests (`python -m pytest -q -k NAME`) and prints their verdict:
+  `N passed`, or a `FAILED tests/FILE::TEST - message` line for each failing test.
+- **`run_program(N)`** runs the program the exercise feeds (`{model}`), so that you see your code at work;
+  the same code prints the same every run.
+
+A cell still blank (its body `raise NotImplementedError(...)`) leaves the file as it is: you may write a
+function in its file instead (`{files}`), and the checks test that.
+"""
+
+SETUP = """import os
+if not os.path.exists("{record}") and os.path.exists(os.path.join("{name}", "{record}")):
+    os.chdir("{name}")  # Colab: the uploaded folder
+# TODO(lead, at merge): BLAS's threads for this kernel, with bugs-misc's call
+from interface.notebook import check, run_program
+"""
+
+
+def write_notebook(folder, numbers, model="124M", name=None):
+    """folder/exercises.ipynb (nbformat 4, kernel python3) for the exercises `numbers` of the handout
+    written in folder: the text of each from docs/exercises.md, a cell for each of its functions, a
+    check and a program cell. name: the folder's name once written (Colab's first cell moves into it)."""
+    texts = exercise_texts(os.path.join(folder, "docs", "exercises.md"))
+    files = sorted({file for n in numbers for file, _ in handout.functions(n)})
+    parsed = {}
+    cells = [cell("markdown", INTRO.format(numbers=handout.spans(numbers), notebook=handout.NOTEBOOK, model=model,
+                                           files="`, `".join(files)), ["intro"], "intro"),
+             cell("code", SETUP.format(record=handout.RECORD, name=name or os.path.basename(os.path.abspath(folder))),
+                  ["setup"], "setup")]
+    for n in numbers:
+        title, _, _, where = handout.EXERCISES[n]
+        text = texts.get(n, f"**{title}**: write {', '.join(f for _, f in handout.functions(n))}.")
+        tag = f"exercise-{n}"
+        cells.append(cell("markdown", f"## Exercise {n}\n\n{text}\n", [tag, "text"], f"{tag}-text"))
+        cells += [cell("code", student_source(folder, n, file, function, parsed), [tag, "student"], f"{tag}-{function}")
+                  for file, function in handout.functions(n)]
+        cells.append(cell("code", f"check({n})\n", [tag, "check"], f"{tag}-check"))
+        cells.append(cell("code", f"run_program({n})  # {handout.WHERE[where]}\n", [tag, "program"], f"{tag}-program"))
+    notebook = {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
+                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                             "language_info": {"name": "python"}}}
+    with open(os.path.join(folder, handout.NOTEBOOK), "w", encoding="utf-8") as f:
+        json.dump(notebook, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
+# --- the teacher's view ----------------------------------------------------------------------
+
+def copy_for_progress(folder, to):
+    """The student's folder, as it is, without what tests do not read (models, caches, environments)."""
+    skip = shutil.ignore_patterns(".git", "models", "__pycache__", ".pytest_cache", ".ipynb_checkpoints")
+
+    def ignore(where, names):
+        return set(skip(where, names)) | {n for n in names if os.path.isfile(os.path.join(where, n, "pyvenv.cfg"))}
+
+    shutil.copytree(folder, to, ignore=ignore, symlinks=True)
+
+
+def progress(folder):
+    """{"folder", "exercises": [{"number", "name", "status", "failing", "written_in"}]}: each exercise of
+    the handout in folder done (its tests pass), failing (those that do not) or not started (blank),
+    written in the files or the notebook; the notebook's cells count as check counts them, applied to a
+    copy: the student's folder is left as it is."""
+    numbers = read_record(folder)["exercises"]
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "class")
+        copy_for_progress(folder, copy)
+        written, problems = apply_cells(copy, numbers, saved_cells(folder))
+        started = [n for n in numbers if len(blanks(written, n)) < len(handout.functions(n))]
+        tests = list(dict.fromkeys(t for n in started for t in handout.tests(n)))
+        passed = run_tests(copy, tests)[0] if tests else set()
+    report = []
+    for n in numbers:  # a cell that could not be written fails its function's own test
+        own = [test for _, function, test in handout.EXERCISES[n][1] if (n, function) in problems]
+        failing = list(dict.fromkeys(own + [t for t in handout.tests(n) if t not in passed]))
+        status = "not started" if n not in started else "failing" if failing else "done"
+        where = sorted({written[(n, f)] for _, f in handout.functions(n)} - {None})
+        report.append({"number": n, "name": handout.EXERCISES[n][0], "status": status,
+                       "failing": failing if n in started else [], "written_in": where})
+    return {"folder": folder, "exercises": report}
+
+
+def progress_lines(reports):
+    """One folder: a line an exercise. Several: one table, a student a row, then what each fails."""
+    if len(reports) == 1:
+        return [f"{e['number']:>2}. {e['name']}: {e['status']}"
+                + (f" ({', '.join(e['failing'])})" if e["failing"] else "")
+                + (f", in the {' and the '.join(e['written_in'])}" if e["written_in"] else "")
+                for e in reports[0]["exercises"]]
+    numbers = sorted({e["number"] for r in reports for e in r["exercises"]})
+    rows = [["folder", *map(str, numbers)]]
+    rows += [[r["folder"], *({e["number"]: e["status"] for e in r["exercises"]}.get(n, "") for n in numbers)]
+             for r in reports]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(text.ljust(w) for text, w in zip(row, widths)).rstrip() for row in rows]
+    return lines + [f"{r['folder']}: {e['number']} fails {', '.join(e['failing'])}"
+                    for r in reports for e in r["exercises"] if e["failing"]]

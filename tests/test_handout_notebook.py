@@ -1,0 +1,322 @@
+"""The notebook handout (python handout.py CLASS 1 9 --notebook): its cells run in order, from the
+class's folder, as a kernel runs them, for a blank, a wrong and a right student; what each check and
+program cell prints; which of the notebook and the files wins; the teacher's view (--progress); and
+the mistakes each says in one line. Opt-in: the same notebook in a real Jupyter kernel (nbclient)."""
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, in_process, model_folder_copy
+import handout
+from interface import handout_cli, notebook
+from test_handout import WRONG, body_of, body_of_source, on_every_core
+
+NUMBERS = [1, 9]
+DEV_PYTHON = os.environ.get("GPT2_DEV_PYTHON", "")
+
+# The code cells in order, as a kernel runs them: from the class's folder (on sys.path, as a kernel's ""),
+# each cell's source added to In (IPython's history, where check and run_program find the student's cells
+# as last run), a line "=== TAGS" before each cell's output. A cell that raises stops the rest, as in Jupyter.
+RUN_CELLS = """import json, sys
+sys.path.insert(0, "")
+In = [""]
+with open("exercises.ipynb", encoding="utf-8") as f:
+    cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "code"]
+for i, cell in enumerate(cells):
+    In.append("".join(cell["source"]))
+    print("===", " ".join(cell["metadata"]["tags"]), flush=True)
+    exec(compile(In[-1], f"<cell {i}>", "exec"), globals())
+    sys.stdout.flush()
+"""
+
+
+def write_class(folder, model):
+    """python handout.py FOLDER 1 9 --notebook --model MODEL, as the command line does it."""
+    assert handout_cli.main([folder, *map(str, NUMBERS), "--notebook", "--model", model]) == 0
+    return folder
+
+
+def notebook_of(folder):
+    with open(os.path.join(folder, handout.NOTEBOOK), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_cells(folder, bodies):
+    """The student writes {function: body} in the notebook's cells (and saves it)."""
+    nb = notebook_of(folder)
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        for function, body in bodies.items():
+            if "student" in cell["metadata"]["tags"] and f": {function} (" in source.splitlines()[0]:
+                cell["source"] = handout.replace_body(source, function, body).splitlines(keepends=True)
+    with open(os.path.join(folder, handout.NOTEBOOK), "w", encoding="utf-8") as f:
+        json.dump(nb, f)
+
+
+def write_files(folder, bodies):
+    """The student writes {function: body} in the program's files instead."""
+    for file, function in [f for n in NUMBERS for f in handout.functions(n)]:
+        if function in bodies:
+            path = os.path.join(folder, file)
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(handout.replace_body(source, function, bodies[function]))
+
+
+def body_in(folder, file, function):
+    with open(os.path.join(folder, file), encoding="utf-8") as f:
+        return body_of_source(f.read(), function)
+
+
+def run_cells(folder):
+    """{"exercise-1 check": its output, ...} of the notebook's code cells run in order."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", RUN_CELLS], cwd=folder, capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]  # no cell raised: Run all went through
+    return {part.split("\n", 1)[0]: part.split("\n", 1)[1] if "\n" in part else ""
+            for part in r.stdout.split("=== ")[1:]}
+
+
+RIGHT = {function: body_of(file, function) for n in NUMBERS for file, function in handout.functions(n)}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return model_folder_copy("tiny", str(tmp_path_factory.mktemp("m") / "tiny"))
+
+
+@pytest.fixture(scope="module")
+def students(tmp_path_factory, model):
+    """Three students' handouts, the notebook run in each: {student: (folder, outputs)}.
+    blank: nothing written. wrong: every function written right in the files, then in the notebook
+    with gelu and merge_once wrong (the notebook wins). right: exercise 1 written in the notebook,
+    exercise 9 in the files, its cells left blank (the files count)."""
+    def student(name):
+        folder = write_class(str(tmp_path_factory.mktemp(name) / "class"), model)
+        if name == "wrong":
+            write_files(folder, RIGHT)
+            write_cells(folder, {**RIGHT, "gelu": WRONG["gelu"], "merge_once": WRONG["merge_once"]})
+        if name == "right":
+            write_cells(folder, {f: RIGHT[f] for _, f in handout.functions(1)})
+            write_files(folder, {f: RIGHT[f] for _, f in handout.functions(9)})
+        return folder, run_cells(folder)
+
+    return on_every_core(student, ["blank", "wrong", "right"])
+
+
+def test_the_notebook_has_each_exercises_text_functions_check_and_program_in_order(students):
+    folder, _ = students["blank"]
+    nb = notebook_of(folder)
+    assert nb["nbformat"] == 4 and nb["metadata"]["kernelspec"]["name"] == "python3"
+    sections = [[t for t in c["metadata"]["tags"] if t != f"exercise-{n}"] for n in NUMBERS for c in nb["cells"]
+                if f"exercise-{n}" in c["metadata"]["tags"]]
+    assert sections == [["text"], *[["student"]] * 3, ["check"], ["program"],
+                        ["text"], *[["student"]] * 2, ["check"], ["program"]]
+    cells = {tuple(c["metadata"]["tags"]): "".join(c["source"]) for c in nb["cells"]}
+    assert "test_gelu_is_the_tanh_approximation" in cells[("exercise-1", "text")]  # docs/exercises.md's text
+    assert "the notebook's cell wins" in cells[("intro",)]
+    assert "from interface.notebook import check, run_program\n" in cells[("setup",)]
+    for c in nb["cells"]:
+        if "student" in c["metadata"]["tags"]:
+            tree = ast.parse("".join(c["source"]))
+            assert [type(n) for n in tree.body] == [ast.ImportFrom, ast.FunctionDef]
+            assert notebook.is_blank(tree.body[1]) and ast.get_docstring(tree.body[1])
+    assert set(notebook.COMMANDS) <= set(handout.WHERE)  # the rest: "run it there yourself"
+    assert cells[("exercise-9", "check")] == "check(9)\n"
+    assert cells[("exercise-9", "program")].startswith("run_program(9)")
+
+
+def test_a_blank_notebook_says_not_written_yet_and_which_exercise_the_program_needs(students):
+    _, out = students["blank"]
+    assert out["exercise-1 check"] == ("exercise 1 (gelu, softmax, layer_norm): not written yet: write gelu, "
+                                       "softmax, layer_norm in the cells above (or in gpt2_numpy.py)\n")
+    needs = ('python gpt2_numpy.py "prompt" needs exercises 1, 9 written first: 1 (gelu, softmax, layer_norm not '
+             'yet); 9 (merge_once, merge not yet)\n')
+    assert out["exercise-1 program"] == out["exercise-9 program"] == needs
+
+
+def test_a_wrong_notebook_fails_its_tests_with_their_messages_and_changes_what_the_program_prints(students):
+    folder, out = students["wrong"]
+    _, right = students["right"]
+    assert out["exercise-1 check"].splitlines() == [
+        "FAILED tests/test_gpt2_numpy.py::test_gelu_is_the_tanh_approximation - AssertionError: Not equal to "
+        "tolerance rtol=1e-05, atol=1e-06 gelu is twice the answer: the 0.5 of 0.5 x (1 + tanh(...)) is missing",
+        "1 failed, 2 passed"]
+    assert out["exercise-9 check"].splitlines()[-1] == "2 failed, 1 passed"
+    assert "FAILED tests/test_bpe.py::test_one_merge_joins_the_pair_with_the_lowest_rank - assert None ==" \
+        in out["exercise-9 check"]
+    # the notebook won over the files, where the student had written them right
+    assert body_in(folder, "gpt2_numpy.py", "gelu") == WRONG["gelu"]
+    assert body_in(folder, "bpe.py", "merge_once") == WRONG["merge_once"]
+    assert out["exercise-1 program"].startswith("$ python gpt2_numpy.py --model ")
+    assert out["exercise-1 program"] == out["exercise-9 program"] != right["exercise-1 program"]
+
+
+def test_a_right_notebook_passes_and_its_program_prints_what_the_project_prints(students, model):
+    folder, out = students["right"]
+    assert out["exercise-1 check"] == out["exercise-9 check"] == "3 passed\n"  # 9: written in the files
+    assert body_in(folder, "gpt2_numpy.py", "gelu") == RIGHT["gelu"]
+    assert body_in(folder, "bpe.py", "merge") == RIGHT["merge"]
+    command, *printed = out["exercise-9 program"].splitlines()
+    argv = [model if a == "MODEL" else a for a in notebook.COMMANDS["generate"]]
+    assert command == "$ python " + " ".join(argv[:-1]) + f" '{argv[-1]}'"
+    project = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert project.returncode == 0 and printed == project.stdout.splitlines() and printed
+    assert out["exercise-1 program"] == out["exercise-9 program"]  # the same body prints the same every run
+
+
+def test_a_cell_with_another_name_or_not_python_is_one_line_and_writes_nothing(tmp_path, model, monkeypatch, capsys):
+    folder = write_class(str(tmp_path / "class"), model)
+    capsys.readouterr()
+    before = body_in(folder, "gpt2_numpy.py", "gelu")
+    marker = notebook.cell_marker(1, "gelu") + "gpt2_numpy.py)\n"
+    monkeypatch.chdir(folder)
+    for cell, said in [(marker + "def gelu2(x):\n    return x\n",
+                        "exercise 1: gelu's cell defines no function gelu (it defines gelu2): keep the name, the "
+                        "program calls it by it"),
+                       (marker + "def gelu(x):\n    return (x\n", "exercise 1: gelu's cell is not Python: line 3: ")]:
+        monkeypatch.setattr(sys.modules["__main__"], "In", ["", cell], raising=False)
+        for call in (notebook.check, notebook.run_program):
+            call(1)  # it prints; it does not raise
+            printed = capsys.readouterr().out
+            assert printed.count("\n") == 1 and printed.startswith(said), printed
+    assert body_in(folder, "gpt2_numpy.py", "gelu") == before
+    notebook.check(5)
+    assert capsys.readouterr().out == "exercise 5 is not in this handout (it holds 1, 9)\n"
+    with open(os.path.join(folder, "bpe.py"), "a", encoding="utf-8") as f:
+        f.write("def (\n")  # the student broke the file itself
+    notebook.check(9)
+    assert capsys.readouterr().out.startswith("exercise 9: bpe.py is not Python: line ")
+
+
+def test_a_notebook_handout_stopped_half_way_leaves_nothing(tmp_path, model, monkeypatch, capsys):
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(notebook, "write_notebook", stopped)
+    r = in_process(handout_cli.main, capsys, str(tmp_path / "class"), "1", "--notebook", "--model", model)
+    assert r.returncode == 130 and os.listdir(tmp_path) == []
+
+
+def test_pasting_the_projects_own_body_into_every_student_cell_gives_the_projects_function(tmp_path):
+    """For every exercise: the cell, with the project's body pasted in, puts the project's function back."""
+    folder = handout.write_handout(str(tmp_path / "class"), list(handout.EXERCISES),
+                                   more=lambda f: notebook.write_notebook(f, list(handout.EXERCISES)))
+    cells = notebook.saved_cells(folder)
+    assert set(cells) == {(n, f) for n in handout.EXERCISES for _, f in handout.functions(n)}
+    files = {(n, function): file for n in handout.EXERCISES for file, function in handout.functions(n)}
+    pasted = {key: handout.replace_body(source, key[1], body_of(files[key], key[1])) for key, source in cells.items()}
+    where, problems = notebook.apply_cells(folder, list(handout.EXERCISES), pasted)
+    assert not problems and set(where.values()) == {"notebook"}
+    trees = {}
+    for root in (ROOT, folder):
+        for file in set(files.values()):
+            with open(os.path.join(root, file), encoding="utf-8") as f:
+                trees[root, file] = ast.parse(f.read())
+    for (n, function), file in files.items():
+        assert ast.dump(handout.function_node(trees[ROOT, file], function)) == \
+            ast.dump(handout.function_node(trees[folder, file], function)), (n, function)
+
+
+def test_progress_reads_the_files_and_the_notebook_and_leaves_the_folder_as_it_was(students, capsys):
+    """--progress: done, failing (which tests), not started; a cell saved but never checked counts, applied
+    to a copy: the student's own file is not changed."""
+    blank, wrong, right = (students[s][0] for s in ("blank", "wrong", "right"))
+    write_cells(blank, {f: RIGHT[f] for _, f in handout.functions(1)})  # saved, never run
+    before = body_in(blank, "gpt2_numpy.py", "gelu")
+    r = in_process(handout_cli.main, capsys, "--progress", blank, wrong, right, "--json")
+    assert r.returncode == 0, r.stderr
+    reports = [json.loads(line) for line in r.stdout.splitlines()]
+    status = {(rep["folder"], e["number"]): (e["status"], e["failing"], e["written_in"])
+              for rep in reports for e in rep["exercises"]}
+    assert status == {
+        (blank, 1): ("done", [], ["notebook"]), (blank, 9): ("not started", [], []),
+        (wrong, 1): ("failing", ["test_gelu_is_the_tanh_approximation"], ["notebook"]),
+        (wrong, 9): ("failing", ["test_one_merge_joins_the_pair_with_the_lowest_rank",
+                                 "test_merges_match_the_classic_algorithm"], ["notebook"]),
+        (right, 1): ("done", [], ["notebook"]), (right, 9): ("done", [], ["files"])}
+    assert set(reports[0]) == {"folder", "exercises"} and set(reports[0]["exercises"][0]) >= {
+        "number", "name", "status", "failing"}
+    assert body_in(blank, "gpt2_numpy.py", "gelu") == before
+    table = notebook.progress_lines(reports)
+    assert table[0].split() == ["folder", "1", "9"] and table[1].split() == [blank, "done", "not", "started"]
+    assert table[4] == f"{wrong}: 1 fails test_gelu_is_the_tanh_approximation"
+    assert notebook.progress_lines(reports[2:]) == [" 1. gelu, softmax, layer_norm: done, in the notebook",
+                                                    " 9. BPE merges: done, in the files"]
+    plain = handout.write_handout(os.path.join(os.path.dirname(blank), "plain"), [4])  # no notebook: the files alone
+    assert notebook.progress(plain)["exercises"] == [
+        {"number": 4, "name": "the KV cache", "status": "not started", "failing": [], "written_in": []}]
+
+
+def test_bad_requests_are_one_line_and_leave_nothing(tmp_path, capsys, students):
+    out = str(tmp_path / "class")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("x")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / handout.RECORD).write_text("{")
+    (tmp_path / "bad notebook").mkdir()
+    (tmp_path / "bad notebook" / handout.RECORD).write_text('{"exercises": [1]}')
+    (tmp_path / "bad notebook" / handout.NOTEBOOK).write_text("{")
+    for args, message in [([out, "--notebook"], "--notebook needs a folder and the exercises to hand out"),
+                          ([out, "99", "--notebook"], "no exercise 99: choose from 1 to"),
+                          ([out, "0", "--notebook"], "no exercise 0: choose from 1 to"),
+                          ([str(tmp_path / "full"), "1", "--notebook"], "already exists and is not an empty folder"),
+                          ([out, "1", "--notebook", "--model", "nowhere"], "--model nowhere: no such model folder"),
+                          ([out, "1", "--model", "124M"], "--model names the notebook's model: give --notebook too"),
+                          (["--progress", str(tmp_path / "full")], "not a handout (no readable handout.json"),
+                          (["--progress", students["blank"][0], str(tmp_path / "broken")], "not a handout"),
+                          (["--progress", str(tmp_path / "bad notebook")], "exercises.ipynb: not a notebook"),
+                          (["--progress", students["blank"][0], "1"], "not a handout"),
+                          ([out, "1", "--json"], "--json goes with --progress")]:
+        r = in_process(handout_cli.main, capsys, *args)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, (args, r.stderr)
+    assert sorted(os.listdir(tmp_path)) == ["bad notebook", "broken", "full"]
+
+
+def test_the_notebook_is_valid_nbformat(tmp_path, model):
+    """nbformat's own schema, where nbformat is installed (here or in GPT2_DEV_PYTHON's python)."""
+    path = os.path.join(write_class(str(tmp_path / "class"), model), handout.NOTEBOOK)
+    validate = f"import nbformat; nbformat.validate(nbformat.read({path!r}, as_version=4)); print('valid')"
+    for python in (sys.executable, DEV_PYTHON):
+        if python:
+            r = subprocess.run([python, "-c", validate], capture_output=True, text=True, timeout=120)
+            if "No module named 'nbformat'" not in r.stderr:
+                assert r.stdout == "valid\n", r.stderr[-2000:]
+                return
+    pytest.skip("nbformat is not installed: GPT2_DEV_PYTHON=/path/to/python-with-nbformat python -m pytest -q "
+                "tests/test_handout_notebook.py -k nbformat")
+
+
+KERNEL = """import json, sys, nbformat
+from nbclient import NotebookClient
+nb = nbformat.read("exercises.ipynb", as_version=4)
+NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": "."}}).execute()
+print(json.dumps({" ".join(c.metadata.tags): "".join(o.get("text", "") for o in c.outputs)
+                  for c in nb.cells if c.cell_type == "code"}))
+"""
+
+
+@pytest.mark.skipif(not DEV_PYTHON, reason="a real Jupyter kernel: set GPT2_DEV_PYTHON to a python with nbclient and "
+                    "ipykernel (GPT2_DEV_PYTHON=/path/to/python python -m pytest -q tests/test_handout_notebook.py -k "
+                    "kernel)")
+def test_the_notebook_in_a_real_jupyter_kernel(tmp_path, model):
+    """nbclient runs the notebook in a python3 kernel, as Jupyter's Run all: exercise 1 written right in
+    the notebook, exercise 9 wrong; no cell raises; each check and program prints as in the subprocess."""
+    folder = write_class(str(tmp_path / "class"), model)
+    write_cells(folder, {**RIGHT, "merge_once": WRONG["merge_once"]})
+    r = subprocess.run([DEV_PYTHON, "-c", KERNEL], cwd=folder, capture_output=True, text=True, timeout=600)
+    if "No module named 'nbclient'" in r.stderr:
+        pytest.skip(f"{DEV_PYTHON} has no nbclient: pip install nbclient ipykernel there")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["exercise-1 check"] == "3 passed\n"
+    assert out["exercise-9 check"].splitlines()[-1] == "2 failed, 1 passed"
+    assert out["exercise-9 program"].startswith("$ python gpt2_numpy.py --model ") and \
+        out["exercise-9 program"] == out["exercise-1 program"]
+    assert body_in(folder, "bpe.py", "merge_once") == WRONG["merge_once"]
