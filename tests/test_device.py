@@ -332,12 +332,18 @@ SAE_DIR = os.path.join(ROOT, "tests", "data", "sae_golden", "sae")
     ("circuits", ["patch", *IOI, "--site", "head"]), ("circuits", ["dla", *IOI[:2], *IOI[4:]]),
     ("circuits", ["attribution", *IOI]),
     ("sae", ["eval", "--sae", SAE_DIR, "--data", "TEXT"]),
+    ("steer", ["add", "I hate you because", "--add", "Love", "--sub", "Hate", "--layer", "1", "--coeff", "3",
+               "--n-tokens", "6", "--greedy"]),
+    ("steer", ["vector", "I think", "--positive", "I love it", "--negative", "I hate it", "--layer", "0",
+               "--n-tokens", "6", "--no-kv-cache", "--seed", "3"]),
+    ("steer", ["latent", "The weather", "--sae", SAE_DIR, "--latent", "3", "--alpha", "40", "--n-tokens", "6",
+               "--greedy"]),
     ("sae", ["train", "--site", "blocks.1.hook_resid_pre", "--data", "TEXT", "--d-sae", "16", "--l1", "1", "--tokens",
              "128", "--batch-tokens", "64", "--out", "OUT"])])
 def test_the_other_commands_print_the_same_on_the_device(tmp_path, capsys, fake_gpu, command, argv):
-    from interface import circuits_cli, evaluate_cli, gpt2_cli, sae_cli
+    from interface import circuits_cli, evaluate_cli, gpt2_cli, sae_cli, steer_cli
     main = {"evaluate": evaluate_cli.main, "circuits": circuits_cli.main, "sae": sae_cli.main,
-            "gpt2": gpt2_cli.main}[command]
+            "gpt2": gpt2_cli.main, "steer": steer_cli.main}[command]
     (tmp_path / "t.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 6)
     runs = []
     for name in ("cpu", "gpu"):
