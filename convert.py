@@ -54,6 +54,7 @@ if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are o
     start("convert_cli")  # the command line (which model, OUT, messages): this file is the formats
 
 import os
+import re
 
 import bpe
 from plumbing import classifier_files, gguf, hf_model
@@ -81,11 +82,18 @@ def convert(folder, out, to, gguf_type="f32"):
             raise UserError(f"is a classifier (labels {', '.join(map(str, head['labels']))}): llama.cpp's GPT-2 GGUF "
                             "has no place for its head; convert it --to hf or --to openai", path=folder)
         tokens = sorted(encoder.encoder, key=encoder.encoder.get)  # by id
-        return write_gguf(out, params, hparams, tokens, vocabulary_merges(folder), encoder.eot, gguf_type)
+        return write_gguf(out, params, hparams, tokens, vocabulary_merges(folder), encoder.eot, gguf_type,
+                          converted_name(folder))
     if to == "hf":
         return hf_model.write_hf_folder(out, params, hparams, folder, encoder.eot, head)
     extra = classifier_files.head_files(head["score"], head["labels"], head["pad_id"]) if head else None
     return write_checkpoint(out, params, hparams, vocab_dir=folder, extra=extra)
+
+
+def converted_name(folder):
+    """The name llama.cpp's converter gives the model of this folder (gguf-py's Metadata: the folder's own
+    name, whatever OUT is called); a GGUF file's is its name less .gguf."""
+    return re.sub(r"\.gguf$", "", os.path.basename(os.path.normpath(folder)), flags=re.I)
 
 
 def vocabulary_merges(folder):

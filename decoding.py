@@ -136,8 +136,8 @@ def check_beams(num_beams, num_return_sequences, length_penalty=1.0, early_stopp
     if not (is_whole_number(num_return_sequences, 1) and num_return_sequences <= num_beams):
         raise UserError(f"must be a whole number from 1 to num_beams ({num_beams}): beam search returns at most "
                         f"its beams, got {num_return_sequences!r}", arg="num_return_sequences")
-    if not np.isfinite(length_penalty):
-        raise UserError(f"must be a finite number, got {length_penalty!r}", arg="length_penalty")
+    if not -50 <= length_penalty <= 50:  # length ** A must stay a number, for any length a model may have
+        raise UserError(f"must be in [-50, 50], got {length_penalty!r}", arg="length_penalty")
     if not isinstance(early_stopping, bool):
         raise UserError(f"must be True or False, got {early_stopping!r}", arg="early_stopping")
 

@@ -51,12 +51,13 @@ def model_folder(model, models_dir=None):
         return model
     if os.path.exists(model):
         raise DownloadError("is not a folder: --model takes a model folder (hparams.json and model.ckpt.*, or "
-                            "config.json and model.safetensors), a size, or hf:owner/name", path=model)
+                            "config.json and model.safetensors), a GGUF file (FILE.gguf), a size, or hf:owner/name",
+                            path=model)
     if looks_like_a_path(model):
         raise DownloadError(f"no such folder: {model} (and as a name it is an unknown model: the sizes are "
-                            f"{', '.join(MODEL_SIZES)}; a Hub model is hf:owner/name)")
+                            f"{', '.join(MODEL_SIZES)}; a Hub model is hf:owner/name; a GGUF file ends in .gguf)")
     raise DownloadError(f"unknown model {model!r}: choose one of {', '.join(MODEL_SIZES)}, "
-                        "hf:owner/name from the Hugging Face Hub, or give the path of a model folder")
+                        "hf:owner/name from the Hugging Face Hub, or give the path of a model folder or a GGUF file")
 
 
 def looks_like_a_path(model):

@@ -141,6 +141,17 @@ def completion_logps(ids, mask, params, hparams):
     return sequence_logps(host(per_token), scored)
 
 
+def batch_logps(ids, mask, params, hparams):
+    """log π of each row of a batch, computed as loss_and_grads computes the policy's (training_forward's
+    pass, no dropout, at this batch's shapes): the step's reference. A row's float32 sum depends on the
+    batch it sits in (its padding, the products' shapes), so only the same computation on the same batch
+    makes a reference that is the policy give exactly r = 0.   ids, mask [2P, T] -> [2P]"""
+    ids, scored = checked_ids(ids, params), completion_positions(mask)
+    _, top = training_forward(ids, params, hparams)
+    per_token, _ = token_logps(top["ln_f"][scored], params["wte"], ids[:, 1:][scored[:, :-1]])
+    return sequence_logps(per_token, scored)
+
+
 def pair_logps(pairs, params, hparams, context, pad_id, batch_size=8):
     """log π of each pair's chosen and rejected completions, batch_size pairs a forward pass (the forward
     only: the reference's, computed once for each pair; a policy's, to judge it). -> [n, 2]"""

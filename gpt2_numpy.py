@@ -485,12 +485,12 @@ def check_sampling(n_tokens, temperature, top_k, top_p, n_samples, min_p=0.0, re
     """Clear errors for generation settings that make no sense; each names its argument."""
     for arg, value, ok, rule in (
             ("n_tokens", n_tokens, is_whole_number(n_tokens, 0), "a whole number >= 0"),
-            ("temperature", temperature, temperature >= 0 and math.isfinite(temperature), ">= 0 (0 means greedy)"),
+            ("temperature", temperature, temperature == 0 or 1e-30 <= temperature <= 1e30, "0 (greedy) or 1e-30 to 1e30"),
             ("top_k", top_k, top_k is None or is_whole_number(top_k, 1), "a whole number >= 1"),
             ("top_p", top_p, 0 < top_p <= 1, "in (0, 1]"),
             ("n_samples", n_samples, is_whole_number(n_samples, 1), "a whole number >= 1"),
             ("min_p", min_p, 0 <= min_p <= 1, "in [0, 1]"),
-            ("repetition_penalty", repetition_penalty, 0 < repetition_penalty < math.inf, "> 0 (1 is none)"),
+            ("repetition_penalty", repetition_penalty, 1e-30 <= repetition_penalty <= 1e30, "1e-30 to 1e30 (1 is none)"),
             ("no_repeat_ngram_size", no_repeat_ngram_size, is_whole_number(no_repeat_ngram_size, 0),
              "a whole number >= 0 (0 is none)"),
             ("stop_strings", stop_strings, not isinstance(stop_strings, str) and all(isinstance(s, str) and s for s in

@@ -26,6 +26,8 @@ These are the raw checkpoint's activations. TransformerLens's `from_pretrained` 
 default folds each LayerNorm's gain into the next weights and centres the unembedding,
 which changes these numbers; its `from_pretrained_no_processing` gives the raw ones.
 """
+import re
+
 import numpy as np
 
 from gpt2_numpy import gpt2, layer_norm, layer_norm_eps, log_softmax, matmul, next_token_loss, softmax
@@ -85,6 +87,11 @@ def activation_shapes(hparams, batch, n_tokens):
 def check_names(names, known):
     """Every name must be an activation's (known: activation_shapes'): one clear error for the first that is not."""
     unknown = [n for n in names if n not in known]
+    block = unknown and re.fullmatch(r"blocks\.\d+\.(.+)", unknown[0])
+    if block and f"blocks.0.{block[1]}" in known:  # a real hook point, in a block the model lacks
+        n = sum(name.startswith("blocks.") and name.endswith(".hook_resid_pre") for name in known)
+        raise UserError(f"no activation is called {unknown[0]!r}: the model has {n} blocks, blocks.0 to "
+                        f"blocks.{n - 1}")
     if unknown:
         raise UserError(f"no activation is called {unknown[0]!r}: names look like blocks.0.attn.hook_pattern "
                         "(see look_inside.activation_shapes)")

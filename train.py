@@ -358,10 +358,11 @@ def label_loss(batch, params, hparams, data, recipe, rng, buffers, frozen):
 
 
 def preference_loss(picks, params, hparams, data, recipe, rng, buffers, frozen):
-    """dpo.loss_and_grads on the pairs picked, with the reference's log-probabilities of the start."""
+    """dpo.loss_and_grads on the pairs picked, with the reference's log-probabilities of the same batch."""
     ids, mask = dpo.pair_batch([data["rows"][i] for i in picks], recipe["context"], data["pad_id"])
-    _, grads, metrics = dpo.loss_and_grads(ids, mask, dpo.as_rows(data["ref"][picks]), params, hparams, data["beta"],
-                                           data["loss_type"], recipe["dropout"], rng, frozen, buffers)
+    ref_logps = dpo.batch_logps(ids, mask, data["reference"], hparams)
+    _, grads, metrics = dpo.loss_and_grads(ids, mask, ref_logps, params, hparams, data["beta"], data["loss_type"],
+                                           recipe["dropout"], rng, frozen, buffers)
     return metrics["loss"], grads, {k: v for k, v in metrics.items() if k != "loss"}
 
 
@@ -397,9 +398,11 @@ DATA_KINDS = {  # kind: its split, its micro-batch, its loss and gradients, its 
 }
 
 
-# Preference data: each pair is its prompt's, chosen and rejected completions' ids (dpo.pair_ids), and
-# the reference's log-probabilities of its two completions, computed once for the pair at the start
-# (TRL's precompute_ref_log_probs): the reference is frozen, so every step would compute the same.
+# Preference data: each pair is its prompt's, chosen and rejected completions' ids (dpo.pair_ids). A step
+# computes the reference's log-probabilities on its own batch, as it computes the policy's (TRL's default,
+# precompute_ref_log_probs=False): a sequence's float32 log π depends on the batch it sits in, so numbers
+# computed once in other batches would make step 1's rewards rounding noise and its accuracy a coin toss.
+# Validation computes the reference's once, in the batches it computes the policy's in.
 
 PREFERENCE = {"beta": 0.1, "loss_type": "sigmoid", "reference": None}  # dpo.py's settings: --beta, --dpo-loss, ...
 
@@ -418,13 +421,15 @@ def preference_pairs(encoder, pairs, val_fraction, context):
     return train_pairs, val_pairs, dropped + val_dropped
 
 
-def with_reference(data, reference, hparams, context, encoder, preference, batch_size):
-    """Preference pairs as a run holds them: data ({"kind", "rows": the pairs}) with "ref" [n, 2] (the
-    reference's log-probabilities of each pair's chosen and rejected completions), "lengths" [n, 2],
-    "beta", "loss_type", "pad_id" (<|endoftext|>, GPT-2's pad as TRL's collator takes it: a pad carries no loss)."""
-    ref = dpo.pair_logps(data["rows"], reference, hparams, context, encoder.eot, batch_size)
-    return data | {"ref": ref, "lengths": dpo.pair_lengths(data["rows"], context), "beta": preference["beta"],
-                   "loss_type": preference["loss_type"], "pad_id": encoder.eot}
+def with_reference(data, reference, hparams, context, encoder, preference, batch_size, validation=False):
+    """Preference pairs as a run holds them: data ({"kind", "rows": the pairs}) with "reference" (its params,
+    for the steps) or, for validation, "ref" [n, 2] (its log-probabilities of each pair's chosen and
+    rejected completions, in validation's batches of batch_size pairs), "lengths" [n, 2], "beta",
+    "loss_type", "pad_id" (<|endoftext|>, GPT-2's pad as TRL's collator takes it: a pad carries no loss)."""
+    held = ({"ref": dpo.pair_logps(data["rows"], reference, hparams, context, encoder.eot, batch_size)} if validation
+            else {"reference": reference})
+    return data | held | {"lengths": dpo.pair_lengths(data["rows"], context), "beta": preference["beta"],
+                          "loss_type": preference["loss_type"], "pad_id": encoder.eot}
 
 
 def reference_model(preference, start, hparams, encoder, start_folder=None):
@@ -461,6 +466,14 @@ def accumulate(total, grads):
     return total
 
 
+class Diverged(UserError):
+    """A step whose loss or gradient is not finite (NaN or infinite): no update is made from it."""
+
+    def __init__(self, step, loss, norm):
+        super().__init__(f"step {step}: the {'loss is' if not np.isfinite(loss) else 'gradient is'} "
+                         f"{loss if not np.isfinite(loss) else norm}: the run diverged")
+
+
 def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
     """One step: the gradients of recipe["accum"] micro-batches of the data, clipping, AdamW. -> the step's
     metrics, {"lr", "loss", ...} (the loss and the kind's metrics, for preference pairs TRL's
@@ -469,7 +482,7 @@ def train_step(params, hparams, state, data, step, recipe, buffers=None, adapter
     batches and the dropout depend on its seed and the step only, so a resumed run is the same run.
     buffers: a dict whose big arrays are made once and reused (backward.loss_and_grads); adapters: a LoRA
     run's (inside params' layers, with_adapters), the only tensors trained (with a classifier's score);
-    None: every parameter is."""
+    None: every parameter is. A loss or gradient that is not finite raises Diverged, the weights unchanged."""
     accum, lr, kind = recipe["accum"], recipe["lr"], DATA_KINDS[data["kind"]]
     rng = np.random.default_rng([recipe["seed"], step])
     total, metrics = None, {}
@@ -482,7 +495,10 @@ def train_step(params, hparams, state, data, step, recipe, buffers=None, adapter
     if accum > 1:
         for a in shapes.flatten(total).values():
             a /= accum
-    scale = clip_scale(grad_norm(total), recipe["grad_clip"])
+    norm = grad_norm(total)
+    if not (np.isfinite(metrics["loss"]) and np.isfinite(norm)):  # before AdamW: the weights stay the last good ones
+        raise Diverged(step + 1, metrics["loss"], norm)
+    scale = clip_scale(norm, recipe["grad_clip"])
     rate = learning_rate(step, lr, recipe["warmup"], recipe["steps"], lr * recipe["min_lr_ratio"])
     adamw_step_fast(params if adapters is None else adapters, total, state, rate, beta2=recipe["beta2"],
                     weight_decay=recipe["weight_decay"], grad_scale=scale)
@@ -747,7 +763,8 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
         reference = to_device(reference_model(preference, params, hparams, encoder,
                                               base if resume and not lora else None), xp)
         train_data, val_data = (with_reference(part, reference, hparams, recipe["context"], encoder, preference,
-                                               recipe["batch_size"]) for part in (train_data, val_data))
+                                               recipe["batch_size"], validation) for part, validation
+                                in ((train_data, False), (val_data, True)))
     if new and not resume:  # its weights are made once the run is known to fit
         print(parameter_table(hparams))  # even with --quiet: what is being trained
         params = to_device(init_params(hparams, recipe["seed"]), xp)
@@ -778,7 +795,8 @@ def train(run, out, config, quiet=False):
     """The loop, from the state's step to the recipe's steps: train_step, then the report, the sample and
     the save into `out` as the step's number calls for them; Ctrl-C saves the last step done. Each step's
     metrics, and each validation's, go to run["log"], which each save writes as train_log.jsonl.
-    run: set_up's; config: the run's flags, saved with it. -> 0, or 130 after Ctrl-C."""
+    run: set_up's; config: the run's flags, saved with it. -> 0, or 130 after Ctrl-C. A step that diverges
+    (Diverged) saves the steps done before it and is a UserError naming the step and the likely flag."""
     params, hparams, encoder, state, recipe, lora = (run[k] for k in ("params", "hparams", "encoder", "state",
                                                                        "recipe", "lora"))
     steps, first, train_data = recipe["steps"], state["step"], run["train_data"]
@@ -789,7 +807,8 @@ def train(run, out, config, quiet=False):
     try:
         for step in range(first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
             start = time.perf_counter()
-            with ctrl_c_waits():  # a save after Ctrl-C holds whole steps, so --resume is the same run
+            # a save after Ctrl-C holds whole steps, so --resume is the same run; an overflow is Diverged's to say
+            with ctrl_c_waits(), np.errstate(over="ignore", invalid="ignore"):
                 metrics = train_step(params, hparams, state, train_data, step - 1, recipe, buffers,
                                      run["trained"] if lora else None)
                 run["log"].append({"step": step, **metrics})
@@ -804,6 +823,15 @@ def train(run, out, config, quiet=False):
                 bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
             if step % recipe["save_every"] == 0 or step == steps:
                 save(out, run, config)
+    except Diverged as e:
+        bar.close()
+        good = state["step"] > first and all(np.isfinite(a).all() for a in shapes.flatten(run["trained"]).values())
+        saved = f"saved step {state['step']} in {out}" if good else "nothing new was saved"
+        if good:  # the steps done before it, unless their weights are already infinite
+            save(out, run, config)
+        likely = f"--lr {recipe['lr']:g}" + (f" or --beta {train_data['beta']:g}" if train_data["kind"] == "preference"
+                                              else "")
+        raise UserError(f"{e}; {saved}; the likely cause: {likely} too large") from None
     except KeyboardInterrupt:
         bar.close()
         if state["step"] == first:
@@ -824,12 +852,13 @@ def validation(params, hparams, val_data, recipe):
 
 def report(step, metrics, val):
     """`step 50: train loss 3.2104, validation loss 3.4511` (no validation part when nothing is held out),
-    and the kind's other metrics beside each loss (a classifier's accuracy)."""
-    def said(m):
-        return ", ".join([f"loss {m['loss']:.4f}"] + [f"{name} {value:.4f}" for name, value in m.items()
+    and the kind's other metrics beside each loss, the validation's by their train_log.jsonl names
+    (a classifier's `accuracy 0.75, ..., val_accuracy 0.70`)."""
+    def said(m, prefix=""):
+        return ", ".join([f"loss {m['loss']:.4f}"] + [f"{prefix}{name} {value:.4f}" for name, value in m.items()
                                                        if name not in ("loss", "lr")])
 
-    return f"step {step}: train {said(metrics)}" + (f", validation {said(val)}" if val else "")
+    return f"step {step}: train {said(metrics)}" + (f", validation {said(val, 'val_')}" if val else "")
 
 
 def sample(params, hparams, encoder, seed, start_ids=(), n_tokens=30):

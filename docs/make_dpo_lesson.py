@@ -1,7 +1,8 @@
 """The DPO lesson's preference set and its figure (docs/fine_tuning.md, "Preference tuning: DPO").
 
     python docs/make_dpo_lesson.py data                          # writes data/preferences.jsonl
-    python docs/make_dpo_lesson.py figure RUN/train_log.jsonl    # writes docs/dpo_rewards.svg
+    python docs/make_dpo_lesson.py figure RUN/train_log.jsonl    # writes RUN/dpo_rewards.svg
+    python docs/make_dpo_lesson.py figure RUN/train_log.jsonl --out docs/dpo_rewards.svg   # the tracked figure
 
 The set is made for the project: 64 requests, each answered twice, once kindly (chosen) and once
 curtly (rejected), from the phrases below in a seeded order; no text is copied from anywhere. The
@@ -46,7 +47,10 @@ def polyline(points, width, height, x_max, y_min, y_max, colour, dashed=False):
     return f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{xy}"/>'
 
 
-def figure(log_path, out=os.path.join(HERE, "dpo_rewards.svg")):
+def figure(log_path, out=None):
+    """The figure of the run whose train_log.jsonl is log_path, written to out (None: dpo_rewards.svg beside the
+    log: the tracked docs/dpo_rewards.svg is rewritten only when asked for)."""
+    out = out or os.path.join(os.path.dirname(os.path.abspath(log_path)), "dpo_rewards.svg")
     with open(log_path, encoding="utf-8") as f:
         log = [json.loads(line) for line in f]
     train = [r for r in log if "lr" in r]
@@ -79,5 +83,7 @@ if __name__ == "__main__":
         write_data()
     elif sys.argv[1:2] == ["figure"] and len(sys.argv) == 3:
         figure(sys.argv[2])
+    elif sys.argv[1:2] == ["figure"] and len(sys.argv) == 5 and sys.argv[3] == "--out":
+        figure(sys.argv[2], sys.argv[4])
     else:
         sys.exit(__doc__)

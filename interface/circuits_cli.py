@@ -1,9 +1,9 @@
 """The command line of circuits.py: each experiment's flags, its table, its JSON and its page.
 
-    python circuits.py logit-diff  --clean T --answer A --wrong B
+    python circuits.py logit-diff  --clean T [--corrupted U] --answer A --wrong B
     python circuits.py patch       --clean T --corrupted U --answer A --wrong B --site SITE [--all-positions]
                                    [--normalized]
-    python circuits.py dla         --clean T --answer A --wrong B [--by component|head|latent]
+    python circuits.py dla         --clean T [--corrupted U] --answer A --wrong B [--by component|head|latent]
     python circuits.py attribution --clean T --corrupted U --answer A --wrong B --site SITE
     python circuits.py path        --clean T --corrupted U --answer A --wrong B --source L.H --component q|k|v
     python circuits.py heads       --text T|random:N --pattern previous|duplicate|induction [--seed S]
@@ -33,10 +33,12 @@ TOP_LATENTS = 20  # dla --by latent: the rows of its table
 
 
 def pair_flags(p, corrupted=True):
+    """--clean, --corrupted (required, or with corrupted=False optional: its run's numbers beside the clean
+    one's, so one set of flags serves every command), --answer, --wrong."""
     p.add_argument("--clean", required=True, metavar="TEXT", help="the prompt that gives the right answer")
-    if corrupted:
-        p.add_argument("--corrupted", required=True, metavar="TEXT",
-                       help="the prompt that does not: as many tokens as --clean, differing where the experiment asks")
+    p.add_argument("--corrupted", required=corrupted, metavar="TEXT",
+                   help="the prompt that does not: as many tokens as --clean, differing where the experiment asks" +
+                        ("" if corrupted else " (optional here: its numbers beside the clean run's)"))
     p.add_argument("--answer", required=True, metavar="TOKEN", help="the right answer, one token (e.g. ' Mary')")
     p.add_argument("--wrong", required=True, metavar="TOKEN", help="the wrong answer, one token (e.g. ' John')")
 
@@ -260,11 +262,15 @@ def metrics_line(clean_metric, corrupted_metric):
 
 
 def run_logit_diff(args, encoder, params, hparams):
-    clean, _, answer, wrong = pair(args, encoder, hparams)
+    clean, corrupted, answer, wrong = pair(args, encoder, hparams)
     value = circuits.metric(params, hparams, clean, answer, wrong, args.splice)
     tokens = token_texts(encoder, clean[0])
-    return result(tokens, value, f"logit difference {args.answer!r} - {args.wrong!r} at the last position",
-                  (["clean"], ["metric"], [[value]], 0.0), clean=value)
+    what = f"logit difference {args.answer!r} - {args.wrong!r} at the last position"
+    if corrupted is None:
+        return result(tokens, value, what, (["clean"], ["metric"], [[value]], 0.0), clean=value)
+    other = circuits.metric(params, hparams, corrupted, answer, wrong, args.splice)
+    return result(tokens, value, what, (["clean", "corrupted"], ["metric"], [[value], [other]], 0.0), clean=value,
+                  corrupted=other)
 
 
 def sweep_table(values, tokens, hparams, by_position):
@@ -295,18 +301,33 @@ def run_patch(args, encoder, params, hparams):
 
 
 def run_dla(args, encoder, params, hparams):
-    clean, _, answer, wrong = pair(args, encoder, hparams)
+    """Each part's share of the clean run's logit difference; with --corrupted, the corrupted run's metric
+    too, and by component its shares beside the clean ones (JSON "corrupted", "corrupted_values")."""
+    clean, corrupted, answer, wrong = pair(args, encoder, hparams)
     tokens = token_texts(encoder, clean[0])
     clean_metric = circuits.metric(params, hparams, clean, answer, wrong, args.splice)
-    header = [f"the logit difference {args.answer!r} - {args.wrong!r}: {clean_metric:.4f}"]
+    header, extra = [f"the logit difference {args.answer!r} - {args.wrong!r}: {clean_metric:.4f}"], {}
+    if corrupted is not None:
+        corrupted_metric = circuits.metric(params, hparams, corrupted, answer, wrong, args.splice)
+        header, extra = [metrics_line(clean_metric, corrupted_metric)], {"corrupted": corrupted_metric}
+        if args.by == "component":
+            labels, values = circuits.dla_components(params, hparams, clean, answer, wrong, args.splice)
+            _, others = circuits.dla_components(params, hparams, corrupted, answer, wrong, args.splice)
+            return result(tokens, values.tolist(), "each part's share of it, at the last position", (
+                labels, ["clean", "corrupted"], np.stack([values, others], 1).tolist(), 0.0), header,
+                [f"total {float(values.sum()):.4f} clean, {float(others.sum()):.4f} corrupted; the rest is ln_f's "
+                 "bias term"], clean=clean_metric, corrupted=corrupted_metric, labels=labels,
+                total=float(values.sum()), corrupted_values=others.tolist())
     if args.by == "head":
         labels, values = circuits.dla_heads(params, hparams, clean, answer, wrong, args.splice)
         panel = (layer_labels(hparams), head_labels(hparams),
                  values.reshape(hparams["n_layer"], hparams["n_head"]).tolist(), 0.0)
         return result(tokens, values.tolist(), "each head's share of it (z @ W_O at the last position)", panel,
-                      header, clean=clean_metric, labels=labels)
+                      header, clean=clean_metric, labels=labels, **extra)
     if args.by == "latent":
-        return latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clean_metric)
+        outcome = latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clean_metric)
+        outcome["json"].update(extra)
+        return outcome
     labels, values = circuits.dla_components(params, hparams, clean, answer, wrong, args.splice)
     total = float(values.sum())
     return result(tokens, values.tolist(), "each part's share of it, at the last position",

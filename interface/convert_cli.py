@@ -14,6 +14,7 @@ import sys
 import convert
 from interface import loading
 from interface.options import model_flags
+from plumbing import gguf
 from plumbing.errors import UserError, exit_status, fail
 from plumbing.folders import check_new_folder, in_models_folder
 
@@ -39,6 +40,9 @@ def main(argv=None):
 def run(args):
     if args.gguf_type and args.to != "gguf":
         raise UserError("--gguf-type goes with --to gguf")
+    if args.to == "gguf" and not gguf.is_gguf(args.out):  # every command knows a GGUF file by its name
+        raise UserError(f"--to gguf writes a file that --model then reads by its name: give OUT a name that ends in "
+                        f".gguf ({args.out}.gguf)")
     with in_models_folder(args.out, args.models_dir):  # OUT models/124M-hf on a fresh clone
         check_new_folder(args.out, advice=f"choose a new {'file' if args.to == 'gguf' else 'folder'} for OUT",
                          empty_ok=False)  # before any download

@@ -59,6 +59,7 @@ def parse_args(argv):
                                'reference, as TRL reports them: {"prompt", "chosen", "rejected"} a line')
     pref.add_argument("file", metavar="FILE")
     model_flags(pref, model_help="the tuned model (the policy): a size, a folder or hf:owner/name")
+    threads_flag(pref)
     pref.add_argument("--reference", required=True, metavar="MODEL", help="the model it was tuned against (the "
                                                                           "same vocabulary and context)")
     pref.add_argument("--beta", type=float, default=0.1, help="DPO's beta, as trained (default: %(default)s)")
@@ -207,8 +208,8 @@ def labelled_lines(path, limit):
 
 def run_preference(args):
     """TRL's metrics over the pairs (those training would keep: a prompt that fills the context is dropped)."""
-    if not (args.beta > 0 and args.beta < float("inf")):
-        fail(f"--beta must be above 0, got {args.beta:g}")
+    if not 0 < args.beta <= 3.4e38:  # as train.py --beta takes it
+        fail(f"--beta must be above 0 and at most 3.4e+38 (as train.py takes it), got {args.beta:g}")
     texts = dpo.read_pairs(args.file)[:args.limit]
     encoder, hparams, params = load(args)
     ref_encoder, ref_hparams, reference = loading.load_model(args.reference, args.models_dir, args.base_url,

@@ -2,6 +2,7 @@
 
     python handout.py --list          # the exercises, their functions and tests, where each runs
     python handout.py class/ 1 4 9    # a copy with exercises 1, 4 and 9 to do (none given: all)
+    python handout.py class/ 1-6 9-12 # ranges, as handout.py prints them ("1-6, 9-12" too)
     python handout.py class/ 1 9 --notebook [--model MODEL]   # and class/exercises.ipynb
     python handout.py --progress class/ [alice/ bob/ ...] [--json]   # done, failing, not started
 
@@ -16,7 +17,7 @@ import os
 
 import handout
 from interface import notebook
-from interface.options import SIZES, at_least
+from interface.options import SIZES
 from plumbing import shapes
 from plumbing.errors import UserError, exit_status, fail
 from plumbing.folders import default_models_dir
@@ -25,7 +26,8 @@ from plumbing.folders import default_models_dir
 def main(argv=None):
     p = argparse.ArgumentParser(prog="handout.py", description="Write a copy of the project with exercises left to do.")
     p.add_argument("out", nargs="?", help="a new (or empty) folder for the copy")
-    p.add_argument("numbers", nargs="*", type=at_least(), help="the exercises (default: all)")
+    p.add_argument("numbers", nargs="*", type=exercise_numbers,
+                   help="the exercises: 4, or a range 1-6 (default: all)")
     p.add_argument("--list", action="store_true", help="list the exercises")
     p.add_argument("--notebook", action="store_true", help=f"also write {handout.NOTEBOOK} in the copy: each "
                    "exercise's text, its functions to write, a check and the program it feeds")
@@ -36,7 +38,22 @@ def main(argv=None):
     p.add_argument("--json", action="store_true", help="with --progress: one JSON object a folder")
     p.error = fail
     args = p.parse_args(argv)
+    args.numbers = [n for some in args.numbers for n in some]
     return exit_status(lambda: run(args))
+
+
+def exercise_numbers(text):
+    """An argparse type: "4" -> [4], "1-6" -> [1, ..., 6], "1-6," or "1-6,9" (handout.spans' output pasted)
+    -> those numbers."""
+    numbers = []
+    for part in filter(None, text.split(",")):
+        first, dash, last = part.strip().partition("-")
+        if not (first.isdigit() and (last.isdigit() or not dash)):
+            raise argparse.ArgumentTypeError(f"must be a whole number or a range (1-6), got {text!r}")
+        if dash and int(last) < int(first):
+            raise argparse.ArgumentTypeError(f"must be a range that runs up (1-6), got {text!r}")
+        numbers += range(int(first), int(last or first) + 1)
+    return numbers
 
 
 def run(args):

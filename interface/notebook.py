@@ -452,7 +452,8 @@ function in its file instead (`{files}`), and the checks test that.
 SETUP = """import os
 if not os.path.exists("{record}") and os.path.exists(os.path.join("{name}", "{record}")):
     os.chdir("{name}")  # Colab: the uploaded folder
-# TODO(lead, at merge): BLAS's threads for this kernel, with bugs-misc's call
+from plumbing.blas import set_threads
+set_threads(1)  # one BLAS thread: a kernel beside other work runs 2-3x faster so (docs/performance.md)
 from interface.notebook import check, run_program
 """
 

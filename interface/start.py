@@ -4,6 +4,7 @@
 start(): so Ctrl-C and SIGTERM end the command as they do later, in one line with exit status 130
 (plumbing/errors.py's exit_status), from here on, the second that NumPy takes to load included.
 And BLAS reads its thread count once, as NumPy loads: so --threads is seen to here, before it does.
+(A script or notebook, where NumPy is loaded already, calls plumbing.blas.set_threads instead.)
 
     start("train_cli")    interface/train_cli.py's main (which imports train.py as train), then exit
     use_threads(argv)     BLAS's threads: --threads N, else the environment's, else THREADS

@@ -36,6 +36,7 @@ DPO_FLAGS = ("beta", "dpo_loss", "reference")  # preference data's alone
 # A billion micro-batches (--steps times --accum) is more than any run finishes: the smallest model there
 # is, one layer one wide, takes milliseconds a step (docs/fine_tuning.md), so weeks of nothing else.
 MOST_MICRO_BATCHES = 10 ** 9
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # a step size or weight above it is infinite in a float32 product
 
 
 # ----------------------------------------------------------------------------
@@ -102,7 +103,8 @@ def check_flags(args):
             fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     for name, ok, rule in (("val_fraction", 0 <= args.val_fraction < 1, "in [0, 1)"),
                            ("dropout", 0 <= args.dropout < 1, "in [0, 1)"),
-                           ("lr", args.lr > 0, "above 0"),
+                           ("lr", 0 < args.lr <= FLOAT32_MAX, f"above 0 and at most {FLOAT32_MAX:.3g} (float32's "
+                                                                "largest: the weights are float32)"),
                            ("min_lr_ratio", 0 <= args.min_lr_ratio <= 1, "in [0, 1]"),
                            ("weight_decay", args.weight_decay >= 0, "at least 0"),
                            ("grad_clip", args.grad_clip >= 0, "at least 0 (0: never clip)"),
@@ -133,8 +135,9 @@ def check_flags(args):
     if args.data is None and not args.resume and not args.from_scratch:
         fail("--data is required: a UTF-8 .txt file, a folder of them, or a .jsonl file")
     check_lora_flags(args)
-    if args.beta is not None and not (args.beta > 0 and np.isfinite(args.beta)):
-        fail(f"--beta must be above 0, got {args.beta:g}")
+    if args.beta is not None and not 0 < args.beta <= FLOAT32_MAX:
+        fail(f"--beta must be above 0 and at most {FLOAT32_MAX:.3g} (float32's largest: each sequence's weight, "
+             f"β σ(-β δ) / P, is float32), got {args.beta:g}")
     if args.dpo_loss is not None and args.dpo_loss not in dpo.LOSSES:
         fail(f"--dpo-loss: no loss {args.dpo_loss!r}: choose from {', '.join(dpo.LOSSES)}")
 
@@ -156,8 +159,8 @@ def check_lora_flags(args):
         fail(f"--lora-rank must be at least 1, got {args.lora_rank}")
     if args.lora_rank is not None and args.from_scratch:
         fail("--lora-rank fine-tunes a model's frozen weights: leave out --from-scratch")
-    if args.lora_alpha is not None and not (args.lora_alpha > 0 and np.isfinite(args.lora_alpha)):
-        fail(f"--lora-alpha must be above 0, got {args.lora_alpha}")
+    if args.lora_alpha is not None and not 0 < args.lora_alpha <= FLOAT32_MAX:
+        fail(f"--lora-alpha must be above 0 and at most {FLOAT32_MAX:.3g} (float32's largest), got {args.lora_alpha}")
     targets = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
     unknown = [t for t in targets if t not in train.LORA_TARGETS]
     if unknown or not targets:

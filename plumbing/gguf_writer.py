@@ -1,6 +1,6 @@
 """A GPT-2 written as a GGUF file (plumbing/gguf.py draws the format), byte for byte as llama.cpp's
 convert_hf_to_gguf.py (with gguf-py 0.19.0) writes it with --outtype f32, f16 or q8_0 for the
-Hugging Face folder that convert.py --to hf writes of the same model, named as OUT is named.
+Hugging Face folder that convert.py --to hf writes of the same model, named after that folder.
 
 What the converter chooses, and so this file:
 - the metadata, in its order: general.architecture, general.type, general.name (and version,
@@ -228,7 +228,8 @@ def header_bytes(keys, infos):
 def write_gguf(path, params, hparams, tokens, merges, eot, gguf_type="f32", folder_name=None):
     """Write params as a GGUF file at `path`, whole or not at all. tokens: the vocabulary by id,
     spelled as encoder.json spells it; merges: ["left right", ...] (merges_from_text); eot: the
-    id of <|endoftext|>. folder_name: the name the converter would see (OUT's, less .gguf)."""
+    id of <|endoftext|>. folder_name: the name of the folder the converter converts (convert.converted_name;
+    None: OUT's, less .gguf)."""
     flat = shapes.flatten(params)
     for name, shape in shapes.tensor_shapes(hparams).items():
         if flat[name].shape != shape:

@@ -246,8 +246,8 @@ FILE_ORDER = ["test_gpt2_numpy.py", "test_crc32c.py", "test_bpe.py", "test_check
               "test_train_documents.py", "test_train_instruction.py", "test_train_lora.py", "test_dpo.py", "test_train_dpo.py", "test_classify.py", "test_train_classify.py",
               "test_parameters.py",
               "test_safetensors_writer.py", "test_hf_model.py", "test_classify_hub.py", "test_convert.py", "test_gguf.py", "test_download.py",
-              "test_gpt2_cli.py", "test_decoding_speculative.py", "test_html_page.py", "test_start.py", "test_loading.py", "test_layout.py",
-              "test_real_weights.py", "test_handout.py", "test_handout_notebook.py", "test_gpu.py"]
+               "test_gpt2_cli.py", "test_decoding_speculative.py", "test_html_page.py", "test_start.py", "test_blas.py", "test_loading.py", "test_layout.py",
+               "test_real_weights.py", "test_handout.py", "test_handout_notebook.py", "test_gpu.py"]
 
 
 def pytest_collection_modifyitems(items):

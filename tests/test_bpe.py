@@ -397,6 +397,8 @@ def test_learn_merge_takes_the_most_frequent_pair_and_the_first_of_a_tie():
     pair, pieces = bpe.learn_merge([[1, 2], [3, 4, 3, 4], [1, 2]], 256)
     assert pair in ((1, 2), (3, 4)) and pair == (1, 2)  # 2 each: (1, 2) occurs first
     assert pieces == [[256], [3, 4, 3, 4], [256]]
+    pair, _ = bpe.learn_merge([[5, 6], [1, 2], [5, 6], [1, 2]], 256)
+    assert pair == (5, 6)  # the first seen, though (1, 2) is the smaller pair
     pair, pieces = bpe.learn_merge([[1, 2], [3, 4, 3, 4, 3, 4]], 256)
     assert pair == (3, 4) and pieces == [[1, 2], [256, 256, 256]]
     assert bpe.learn_merge([[1], [2]], 256) == (None, [[1], [2]])

@@ -852,3 +852,20 @@ def test_an_sae_that_cannot_be_spliced_is_one_line_and_exit_2(capsys, tmp_path):
         code, out, err = cli(capsys, *argv, *([] if "--model" in argv else ["--model", TINY]), "--html", str(page))
         assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
         assert not page.exists()
+
+
+def test_logit_diff_and_dla_take_corrupted_and_show_its_run_beside_the_clean_one(models, capsys):
+    """docs/circuits.md's shared P=(...) flags work for logit-diff and dla too: the corrupted run's metric beside
+    the clean one, and dla's shares for both runs."""
+    params, hp, clean, corrupted, answer, wrong = experiment(models, "ioi")
+    clean, corrupted, answer, wrong = clean[:1], corrupted[:1], answer[:1], wrong[:1]
+    want = circuits.metrics(params, hp, clean, corrupted, answer, wrong)
+    out = cli_json(capsys, "logit-diff", *IOI)
+    assert (out["clean"], out["corrupted"]) == pytest.approx(want) and out["values"] == pytest.approx(want[0])
+    out = cli_json(capsys, "dla", *IOI)
+    assert (out["clean"], out["corrupted"]) == pytest.approx(want)
+    np.testing.assert_allclose(out["values"], circuits.dla_components(params, hp, clean, answer, wrong)[1])
+    np.testing.assert_allclose(out["corrupted_values"], circuits.dla_components(params, hp, corrupted, answer, wrong)[1])
+    assert cli_json(capsys, "dla", *IOI, "--by", "head")["corrupted"] == pytest.approx(want[1])
+    code, text, _ = cli(capsys, "logit-diff", *IOI, "--model", TINY)
+    assert code == 0 and "corrupted" in text

@@ -222,7 +222,11 @@ def test_evaluate_preference_refuses_bad_input_in_one_line(tiny, tiny_model, tmp
     short = write_checkpoint(str(tmp_path / "short"), params | {"wpe": params["wpe"][:32]}, hp | {"n_ctx": 32},
                              vocab_dir=tiny_model)
     for args, message in (((), "the following arguments are required: --reference"),
-                          (("--reference", tiny_model, "--beta", "0"), "--beta must be above 0, got 0"),
+                          (("--reference", tiny_model, "--beta", "0"), "--beta must be above 0 and at most 3.4e+38 (as "
+                                                                       "train.py takes it), got 0"),
+                          (("--reference", tiny_model, "--beta", "1e308"), "--beta must be above 0 and at most 3.4e+38"),
+                          (("--reference", tiny_model, "--beta", "nan"), "--beta must be above 0 and at most 3.4e+38"),
+                          (("--reference", tiny_model, "--threads", "0"), "--threads must be at least 1, got 0"),
                           (("--reference", tiny_model, "--dpo-loss", "ipo"), "invalid choice: 'ipo'"),
                           (("--reference", short), "must have the trained model's vocabulary and context (50,257 "
                                                    "ids, 64 positions; it has 50,257 and 32)")):
@@ -243,3 +247,29 @@ def test_a_pair_won_by_a_wide_margin_makes_no_subnormal_gradient(tiny, batch):
     assert 0 < loss < 1e-38
     flat = shapes.flatten(grads)
     assert all(not a.any() for a in flat.values())
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_a_model_judged_against_itself_has_every_reward_exactly_0(tiny, encoder, batch_size):
+    """evaluate.py preference scores the policy and the reference in the same batches: the same model twice
+    gives r = 0 exactly, whatever the batch (docs/evaluating.md)."""
+    hp, params = tiny
+    kept, _ = dpo.tokenized_pairs(encoder, PAIRS, CONTEXT)
+    result = dpo.judge(kept, params, {**params}, hp, CONTEXT, encoder.eot, BETA, batch_size=batch_size)
+    assert [result[k] for k in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")] == [0] * 4
+
+
+def test_the_lessons_figure_goes_beside_its_log_unless_told(tmp_path):
+    """docs/make_dpo_lesson.py figure LOG writes LOG's folder's dpo_rewards.svg, not the tracked docs/ one."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("lesson", os.path.join(ROOT, "docs", "make_dpo_lesson.py"))
+    lesson = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lesson)
+    log = tmp_path / "train_log.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 1, "lr": 1e-3, "loss": 0.69, "rewards/accuracies": 0.0, "rewards/margins": 0.0},
+        {"step": 1, "val_loss": 0.6, "val_rewards/accuracies": 1.0, "val_rewards/margins": 0.2}]), encoding="utf-8")
+    lesson.figure(str(log))
+    assert (tmp_path / "dpo_rewards.svg").read_text(encoding="utf-8").startswith("<svg")
+    lesson.figure(str(log), str(tmp_path / "other.svg"))
+    assert (tmp_path / "other.svg").exists()

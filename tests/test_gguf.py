@@ -36,7 +36,7 @@ COLUMNS = 97  # the goldens keep every 97th logit
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
     """fixture -> (the model's folder, the name the converter saw it under)."""
-    twelve = fixture.write(str(tmp_path_factory.mktemp("twelve") / "model"))
+    twelve = fixture.write(str(tmp_path_factory.mktemp("twelve") / fixture.NAME))
     return {"twelve": (twelve, fixture.NAME), "shakespeare": (SHAKESPEARE, "shakespeare")}
 
 
@@ -65,6 +65,44 @@ def test_a_q8_0_block_is_its_definition():
     assert q[1] == -127 and q[2] == 0 and q[0] == 50 and q[3] == 32  # 31.75 rounds away from zero
     assert np.all(np.abs(gguf.dequantize_block(d, q) - x) <= np.float32(d) / 2 * 1.01)
     assert gguf.round_half_away(np.float32([2.5, -2.5, 0.49999997, 1.5]).astype(np.float32)).tolist() == [3, -3, 0, 2]
+
+
+def float32_ties(d, count):
+    """Values x whose x·(1/d) is exactly k + 0.5 in float32 (1/d in float32, as quantize_block computes
+    it), k even and odd, positive and negative: -> (x [count], k + 0.5 [count])."""
+    inverse = np.float32(1) / d
+    xs = [(x, k + 0.5) for k in range(-126, 126) if (x := np.float32((k + 0.5) * np.float64(d))) * inverse == k + 0.5]
+    assert {int(np.floor(h)) % 2 for _, h in xs} == {0, 1} and min(h for _, h in xs) < 0 < max(h for _, h in xs)
+    picks = np.linspace(0, len(xs) - 1, count).astype(int)
+    return np.float32([xs[i][0] for i in picks]), np.float64([xs[i][1] for i in picks])
+
+
+@pytest.mark.parametrize("largest", [127.0, 1.27, 3e-3])
+def test_a_q8_0_tie_rounds_away_from_zero(largest):
+    """ggml rounds with roundf: x·(1/d) = k + 0.5 goes to k + 1 above zero and k below, never to the even
+    one as np.round does (2.5 -> 3, -2.5 -> -3). The block's d = largest / 127 (d = 1 when largest is 127)."""
+    d = np.float32(largest) / np.float32(127)
+    ties, halves = float32_ties(d, 31)
+    _, q = gguf.quantize_block(np.r_[np.float32(largest), ties])
+    assert q[1:].tolist() == [int(h + 0.5) if h > 0 else int(h - 0.5) for h in halves]
+
+
+def test_a_q8_0_block_multiplies_by_float32_1_over_d():
+    """ggml computes id = 1/d in float32 and rounds x·id: values (found here) where x / d would round the
+    other way come out as x·id does. And a block comes back as q · d in float32 (q · d in float16 rounds)."""
+    d = np.float32(1.27) / np.float32(127)
+    inverse = np.float32(1) / d
+    near = [x for k in range(-126, 126) for s in (-1, 0, 1)
+            if (x := np.nextafter(np.float32((k + 0.5) * np.float64(d)), np.float32(s * np.inf)) if s else
+                np.float32((k + 0.5) * np.float64(d))) and np.sign(x) * np.floor(abs(float(x * inverse)) + 0.5)
+            != np.sign(x) * np.floor(abs(float(np.float32(x / d))) + 0.5)][:31]
+    assert len(near) == 31
+    x = np.r_[np.float32(1.27), np.float32(near)]
+    d16, q = gguf.quantize_block(x)
+    assert q.tolist() == [int(np.sign(v) * np.floor(abs(float(v * inverse)) + 0.5)) for v in x]
+    q = np.int8([127, -127, 113, -101, 99, 1, -1, 0] * 4)
+    d16 = np.uint16(0x1BFF).view(np.float16)  # 0.0039: every bit of the mantissa set, so q · d needs 18 bits
+    assert gguf.dequantize_block(d16, q).tolist() == [float(v) * float(d16) for v in q.tolist()]
 
 
 def test_q8_0_blocks_are_gguf_pys_on_awkward_rows():
@@ -171,16 +209,26 @@ def test_a_gguf_converts_back_to_the_same_gguf_and_to_both_folders(files, tmp_pa
         assert bpe.get_encoder(out).encode("ROMEO: what?") == bpe.get_encoder(SHAKESPEARE).encode("ROMEO: what?")
 
 
-def test_a_hugging_face_folder_converts_to_the_same_bytes_and_the_name_is_outs(tmp_path):
-    hf = convert.convert(SHAKESPEARE, str(tmp_path / "hf"), "hf")
+def test_a_hugging_face_folder_converts_to_the_same_bytes_named_after_the_folder(tmp_path):
+    """llama.cpp's converter names the model after the folder it converts, whatever OUT is called."""
+    hf = convert.convert(SHAKESPEARE, str(tmp_path / "shakespeare"), "hf")
     for gguf_type in convert.GGUF_TYPES:
-        (tmp_path / gguf_type).mkdir()
-        out = convert.convert(hf, str(tmp_path / gguf_type / "shakespeare.gguf"), "gguf", gguf_type)
+        out = convert.convert(hf, str(tmp_path / f"any-name-{gguf_type}.gguf"), "gguf", gguf_type)
         assert sha256(out) == GOLDEN[f"shakespeare/{gguf_type}"]["sha256"]
-    other = convert.convert(hf, str(tmp_path / "gpt2-44K-bard-v1.gguf"), "gguf")
+    other = convert.convert(convert.convert(hf, str(tmp_path / "gpt2-44K-bard-v1"), "hf"), str(tmp_path / "o.gguf"),
+                            "gguf")
     metadata = gguf.open_gguf(other)[0]
     assert [metadata.get(f"general.{k}") for k in ("name", "basename", "finetune", "version", "size_label")] == [
         "Gpt2 44K Bard v1", "gpt2", "bard", "v1", "44K"]
+
+
+def test_to_gguf_out_must_end_in_gguf_and_a_file_given_as_model_is_told_of_gguf(tmp_path):
+    r = run("convert.py", SHAKESPEARE, str(tmp_path / "model.bin"), "--to", "gguf")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "give OUT a name that ends in .gguf" in r.stderr
+    assert not os.path.exists(tmp_path / "model.bin")
+    (tmp_path / "model.bin").write_bytes(b"GGUF")
+    r = run("gpt2_numpy.py", "--model", str(tmp_path / "model.bin"), "hi")
+    assert r.returncode == 2 and "is not a folder" in r.stderr and "a GGUF file (FILE.gguf)" in r.stderr
 
 
 @pytest.mark.parametrize("name", sorted(NAMES))

@@ -266,7 +266,7 @@ def test_every_command_that_reads_a_model_names_all_four_sizes_and_the_same_flag
     (["--model", "350M", "hi"], "unknown model '350M'"),
     (["--top-p", "2", "hi"], "--top-p must be in (0, 1]"),
     (["--top-p", "0", "hi"], "--top-p must be in (0, 1]"),
-    (["--temperature", "-1", "hi"], "--temperature must be >= 0"),
+    (["--temperature", "-1", "hi"], "--temperature must be 0 (greedy) or 1e-30 to 1e30, got -1.0"),
     (["--n-tokens", "-1", "hi"], "error: --n-tokens must be at least 0, got -1"),
     (["--n-tokens", "abc", "hi"], "error: --n-tokens must be a whole number, got 'abc'"),
     (["--top-k", "0", "hi"], "error: --top-k must be at least 1, got 0"),
@@ -690,8 +690,17 @@ def test_min_p_cuts_each_steps_alternatives(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--repetition-penalty", "0"], "--repetition-penalty must be > 0 (1 is none), got 0.0"),
-    (["--repetition-penalty", "-1.5"], "--repetition-penalty must be > 0"),
+    (["--repetition-penalty", "0"], "--repetition-penalty must be 1e-30 to 1e30 (1 is none), got 0.0"),
+    (["--repetition-penalty", "-1.5"], "--repetition-penalty must be 1e-30 to 1e30"),
+    (["--repetition-penalty", "1e308"], "--repetition-penalty must be 1e-30 to 1e30"),
+    (["--repetition-penalty", "nan"], "--repetition-penalty must be 1e-30 to 1e30"),
+    (["--temperature", "1e308"], "--temperature must be 0 (greedy) or 1e-30 to 1e30"),
+    (["--temperature", "1e-308"], "--temperature must be 0 (greedy) or 1e-30 to 1e30"),
+    (["--temperature", "nan"], "--temperature must be 0 (greedy) or 1e-30 to 1e30"),
+    (["--top-p", "nan"], "--top-p must be in (0, 1], got nan"),
+    (["--min-p", "inf"], "--min-p must be in [0, 1], got inf"),
+    (["--num-beams", "2", "--length-penalty", "1e308"], "--length-penalty must be in [-50, 50], got 1e+308"),
+    (["--num-beams", "2", "--length-penalty", "nan"], "--length-penalty must be in [-50, 50], got nan"),
     (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size must be at least 0, got -1"),
     (["--min-p", "1.5"], "--min-p must be in [0, 1], got 1.5"),
     (["--min-p", "-0.1"], "--min-p must be in [0, 1]"),

@@ -116,8 +116,9 @@ def test_softmax_matches_the_definition_and_does_not_overflow():
         if np.isnan(big).any() else ""))
 
 
-def test_layer_norm_matches_the_definition():
-    x, gain, bias = rand(3, 5, 16, seed=1, scale=5.0), rand(16, seed=2), rand(16, seed=3)
+@pytest.mark.parametrize("scale", [5.0, 1e-3])  # 1e-3: a variance below eps, where eps's place shows
+def test_layer_norm_matches_the_definition(scale):
+    x, gain, bias = rand(3, 5, 16, seed=1, scale=scale), rand(16, seed=2), rand(16, seed=3)
     ref = np.empty(x.shape)
     for idx in np.ndindex(x.shape[:-1]):
         row = x[idx].astype(float)
@@ -414,6 +415,9 @@ def test_sampling_follows_the_probabilities():
     draws = g.sample_next(logits, np.random.default_rng(0))
     freq = np.bincount(draws, minlength=4) / len(draws)
     np.testing.assert_allclose(freq, probs, atol=0.015)
+    hot = np.sqrt(probs) / np.sqrt(probs).sum()  # temperature 2: softmax(logits / 2) ∝ √p
+    draws = g.sample_next(logits, np.random.default_rng(0), temperature=2.0)
+    np.testing.assert_allclose(np.bincount(draws, minlength=4) / len(draws), hot, atol=0.015)
 
 
 def test_temperature_sharpens_and_zero_is_greedy():
@@ -499,7 +503,7 @@ def test_every_fast_twin_is_its_plain_functions_name_with_fast():
 
 @pytest.mark.parametrize("request_, message", [
     (dict(ids=list(range(60)), n_tokens=5), "exceed the context of 64"),
-    (dict(ids=[464], temperature=-1.0), "must be >= 0"),
+    (dict(ids=[464], temperature=-1.0), r"must be 0 \(greedy\) or 1e-30 to 1e30"),
     (dict(ids=[464, 50257]), "50257 is outside"),
     (dict(ids=[]), "an empty prompt starts from the stop token"),
     (dict(ids="Hello"), "not text"),

@@ -11,6 +11,7 @@ from conftest import DATA, ROOT, checkpoint_dir
 import gpt2_numpy as g
 import look_inside as li
 from plumbing.checkpoint import load_checkpoint
+from plumbing.errors import UserError
 
 GOLDEN = np.load(os.path.join(DATA, "hf_golden.npz"))
 CASES = {"tiny_turing": "tiny", "tiny_batch": "tiny", "odd_full_context": "odd", "odd_prompt": "odd",
@@ -149,7 +150,9 @@ def test_ablating_one_head_changes_only_its_share_of_the_attention_output(models
     li.run_with_hooks(ids, params, hp, {"blocks.1.attn.hook_z": zero_head_2, "blocks.0.hook_resid_post": record,
                                         "blocks.1.hook_attn_out": record})
     np.testing.assert_array_equal(seen["blocks.0.hook_resid_post"], clean["blocks.0.hook_resid_post"])
-    z = zero_head_2(clean["blocks.1.attn.hook_z"], "").reshape(1, 5, 48)  # independently: c_proj of what is left
+    z = clean["blocks.1.attn.hook_z"].copy()  # [B, T, H, D]; independently: c_proj of what is left
+    z[:, :, 2] = 0.0
+    z = z.reshape(1, 5, 48)
     c_proj = params["blocks"][1]["attn"]["c_proj"]
     np.testing.assert_allclose(seen["blocks.1.hook_attn_out"], z @ c_proj["w"] + c_proj["b"], rtol=1e-5, atol=1e-6)
     assert np.abs(seen["blocks.1.hook_attn_out"] - clean["blocks.1.hook_attn_out"]).max() > 1e-3
@@ -289,3 +292,14 @@ def test_the_memory_refusal_is_one_helper_that_train_and_the_cache_share():
     memory.check_fits(1e9, 1e9, "caching it", "keep less")
     assert li.check_fits is memory.check_fits and li.available_memory is memory.available_memory
     assert "import look_inside" not in open(os.path.join(ROOT, "train.py"), encoding="utf-8").read()
+
+
+def test_a_hook_point_in_a_block_the_model_lacks_says_how_many_blocks_it_has(models):
+    """blocks.9.hook_resid_pre on a 2-block model (an SAE trained on a deeper one, a typo): the count, not only
+    what names look like."""
+    hp, params = models["tiny"]
+    with pytest.raises(UserError, match=rf"'blocks.9.hook_resid_pre': the model has {hp['n_layer']} blocks, blocks.0 "
+                                        rf"to blocks.{hp['n_layer'] - 1}$"):
+        li.run_with_cache([[1, 2]], params, hp, names=["blocks.9.hook_resid_pre"])
+    with pytest.raises(UserError, match="names look like"):
+        li.run_with_cache([[1, 2]], params, hp, names=["blocks.0.hook_nothing"])

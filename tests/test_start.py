@@ -198,3 +198,11 @@ def test_the_tests_and_the_commands_they_start_run_blas_on_one_thread():
                        capture_output=True, text=True)
     assert r.stderr.splitlines()[-1] == "BLAS threads 1", r.stderr
     assert blas_threads() == 1
+
+
+def test_every_evaluate_command_takes_threads():
+    """The README: every command that computes takes --threads (evaluate.py preference lacked it, issue 44)."""
+    from interface import evaluate_cli
+    for command in ("perplexity", "surprisal", "choice", "lambada", "classify", "preference"):
+        more = ["--reference", "124M"] if command == "preference" else []
+        assert evaluate_cli.parse_args([command, "FILE", *more, "--threads", "2"]).threads == 2, command

@@ -3,6 +3,7 @@ and every flag a run cannot use refused in one line before anything is written."
 import json
 import os
 
+import numpy as np
 import pytest
 
 from conftest import run_train, train_args
@@ -108,3 +109,47 @@ def test_out_in_a_models_folder_not_yet_made_makes_it(tiny_model, corpus, tmp_pa
     assert r.returncode == 2 and "runs does not exist" in r.stderr and not (tmp_path / "runs").exists(), r.stderr
     r = run_train(*train_args(tiny_model, corpus, models / "baby", "--steps", "2"), env=env)
     assert r.returncode == 0 and os.listdir(models) == ["baby"], r.stderr
+
+
+FLOAT_FLAGS = {  # every float flag of train.py: values it cannot use, and the start of the one line each gets
+    "--lr": (["inf", "1e308", "nan"], "--lr must be above 0 and at most 3.4e+38"),
+    "--min-lr-ratio": (["nan", "inf"], "--min-lr-ratio must be in [0, 1]"),
+    "--weight-decay": (["nan", "inf"], "--weight-decay must be at least 0"),
+    "--grad-clip": (["nan", "inf"], "--grad-clip must be at least 0"),
+    "--dropout": (["nan", "inf"], "--dropout must be in [0, 1)"),
+    "--val-fraction": (["nan", "inf"], "--val-fraction must be in [0, 1)"),
+    "--beta2": (["nan", "inf"], "--beta2 must be in (0, 1)"),
+    "--lora-alpha": (["nan", "inf", "1e308"], "--lora-alpha must be above 0 and at most 3.4e+38"),
+    "--beta": (["nan", "inf", "1e308", "0"], "--beta must be above 0 and at most 3.4e+38"),
+}
+
+
+def test_every_float_flag_is_finite_and_in_range(tiny_model, corpus, tmp_path, capsys):
+    """--beta 1e308 trained to NaN and exit 0 (issue 44): every float flag is finite and in its range, one line,
+    exit 2, nothing written. (The flags that need others, --lora-alpha and --beta, are given them.)"""
+    from conftest import in_process
+    kinds = {p.dest for p in train_cli.parser()._actions if p.type in (float, train_cli.number)}
+    assert {f"--{k.replace('_', '-')}" for k in kinds} == set(FLOAT_FLAGS)
+    for flag, (values, message) in FLOAT_FLAGS.items():
+        more = ["--lora-rank", "2"] if flag == "--lora-alpha" else []
+        for value in values:
+            r = in_process(train_cli.main, capsys, *train_args(tiny_model, corpus, tmp_path / "o", *more, flag, value))
+            assert r.returncode == 2 and r.stderr.startswith(f"error: {message}"), (flag, value, r.stderr)
+            assert r.stderr.count("\n") == 1 and not os.path.exists(tmp_path / "o")
+
+
+def test_a_run_whose_loss_becomes_nan_stops_in_one_line_keeping_the_last_good_step(tiny_model, corpus, tmp_path,
+                                                                                     capsys):
+    """A rate that makes the weights overflow: the step whose loss or gradient is not finite makes no update;
+    the steps before it are saved; one line names the step and the flag; exit 2; no NaN in train_log.jsonl."""
+    from conftest import in_process
+    out = tmp_path / "o"
+    r = in_process(train_cli.main, capsys, *train_args(tiny_model, corpus, out, "--lr", "1e30", "--warmup", "0",
+                                                       "--grad-clip", "0"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    step = int(r.stderr.split("error: step ")[1].split(":")[0])
+    assert "the run diverged" in r.stderr and "the likely cause: --lr 1e+30 too large" in r.stderr, r.stderr
+    log = [json.loads(line) for line in (out / train.LOG_FILE).read_text().splitlines()] if step > 1 else []
+    assert [x["step"] for x in log if "lr" in x] == list(range(1, step))
+    assert all(np.isfinite(v) for x in log for v in x.values())
+    assert f"saved step {step - 1} in {out}" in r.stderr

@@ -68,11 +68,33 @@ def test_with_lora_the_reference_is_the_base_with_the_adapters_off(tiny_model, p
     lora = {"rank": 2, "alpha": 4.0, "targets": ["c_attn", "c_proj"], "base": "tiny"}
     run = train.set_up("unused", recipe, [prefs], base=tiny_model, lora=lora)
     hp, params = models["tiny"]
-    want = dpo.pair_logps(run["train_data"]["rows"], params, hp, 64, 50256)
-    assert np.array_equal(run["train_data"]["ref"], want)
+    ids, mask = dpo.pair_batch(run["train_data"]["rows"], 64, 50256)
+    assert np.array_equal(dpo.batch_logps(ids, mask, run["train_data"]["reference"], hp),
+                          dpo.batch_logps(ids, mask, params, hp))
     metrics = train.train_step(run["params"], hp, run["state"], run["train_data"], 0, run["recipe"], {},
                                run["lora"]["adapters"])
     assert abs(metrics["loss"] - np.log(2)) < 1e-6
+
+
+@pytest.fixture(scope="module")
+def shakespeare_style(tmp_path_factory):
+    """The DPO chapter's model's shape (2 layers, 64 wide, GPT-2's vocabulary, context 64), initialised."""
+    from parameters import init_params
+    hp = {"n_vocab": 50257, "n_ctx": 64, "n_embd": 64, "n_head": 2, "n_layer": 2}
+    return write_checkpoint(str(tmp_path_factory.mktemp("m") / "baby"), init_params(hp, 0), hp,
+                            vocab_dir=os.path.join(DATA, "..", "..", "data", "gpt2-vocab"))
+
+
+@pytest.mark.parametrize("model, more", [("shakespeare_style", []), ("tiny_model", ["--batch-size", "16"])])
+def test_at_step_1_every_reward_is_exactly_0_whatever_the_batch(model, more, request, tmp_path):
+    """Policy and reference are one model at step 1: r = log π - log π_ref is 0 for every pair, whatever
+    its batch's padding, so the rewards are 0 and the accuracy (strictly greater, TRL's) is 0, as TRL logs."""
+    prefs = os.path.join(DATA, "..", "..", "data", "preferences.jsonl")
+    out = tmp_path / "o"
+    assert train_cli.main(["--model", request.getfixturevalue(model), "--data", prefs, "--out", str(out), "--steps",
+                           "1", "--context", "64", "--quiet", *more]) == 0
+    first = train_log(out)[0]
+    assert [first[k] for k in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")] == [0] * 4
 
 
 def test_dpo_with_lora_writes_the_merged_model_and_peft_adapter(tiny_model, prefs, tmp_path):
@@ -126,7 +148,9 @@ def test_bad_preference_lines_are_one_line(tiny_model, tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (("--beta", "0"), "--beta must be above 0, got 0"), (("--beta", "-1"), "--beta must be above 0, got -1"),
+    (("--beta", "0"), "--beta must be above 0 and at most 3.4e+38"),
+    (("--beta", "-1"), "--beta must be above 0 and at most 3.4e+38 (float32's largest: each sequence's weight, "
+                       "β σ(-β δ) / P, is float32), got -1"),
     (("--beta", "nan"), "--beta must be above 0"),
     (("--dpo-loss", "hinge"), "--dpo-loss: no loss 'hinge': choose from sigmoid, sigmoid_norm")])
 def test_bad_dpo_flags_are_one_line(tiny_model, prefs, tmp_path, flags, message):
@@ -162,3 +186,11 @@ def test_dpo_from_scratch_is_one_line(prefs, tmp_path):
     r = run_train("--from-scratch", "--data", prefs, "--out", str(tmp_path / "o"), "--quiet")
     one_line_error(r, "DPO tunes a model against a reference: give --model, not --from-scratch")
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_the_validation_part_of_a_report_names_its_metrics_as_train_log_does():
+    """The training metrics and the validation's side by side are told apart: val_<name>, as in train_log.jsonl."""
+    metrics = {"lr": 1e-3, "loss": 0.5, "rewards/chosen": 0.25}
+    line = train.report(3, metrics, {"loss": 0.75, "rewards/chosen": 0.125})
+    assert line == ("step 3: train loss 0.5000, rewards/chosen 0.2500, validation loss 0.7500, "
+                    "val_rewards/chosen 0.1250")
