@@ -148,8 +148,9 @@ def batch_logps(ids, mask, params, hparams):
     makes a reference that is the policy give exactly r = 0.   ids, mask [2P, T] -> [2P]"""
     ids, scored = checked_ids(ids, params), completion_positions(mask)
     _, top = training_forward(ids, params, hparams)
-    per_token, _ = token_logps(top["ln_f"][scored], params["wte"], ids[:, 1:][scored[:, :-1]])
-    return sequence_logps(per_token, scored)
+    on, next_ids = (np.asarray(a, like=top["ln_f"]) for a in (scored, ids[:, 1:][scored[:, :-1]]))  # where x is
+    per_token, _ = token_logps(top["ln_f"][on], params["wte"], next_ids)
+    return sequence_logps(host(per_token), scored)
 
 
 def pair_logps(pairs, params, hparams, context, pad_id, batch_size=8):
