@@ -35,12 +35,11 @@ On a GPU (gpt2_numpy.py's docstring: a CuPy array answers NumPy's calls) the sam
 knows it: the ids and targets moved where the weights are, dropout's draws made there, and the CPU's
 chunks (in_chunks, cross_entropy_fast's rows) taken whole (docs/gpu.md).
 """
-import math
-
 import numpy as np
 
-from gpt2_numpy import (GELU_CUBIC, SQRT_2_OVER_PI, block_hook, checked_ids, gpt2_hidden, layer_norm_eps,
-                        log_softmax, matmul, merge_heads, next_token_loss, no_hook, softmax, split_heads)
+from gpt2_numpy import (GELU_CUBIC, SQRT_2_OVER_PI, attention_scores, block_hook, checked_ids, gpt2_hidden,
+                        layer_norm, layer_norm_eps, log_softmax, matmul, merge_heads, next_token_loss, no_hook, softmax,
+                        split_heads)
 from plumbing import device, shapes
 from plumbing.shapes import LAYER_NORM_EPS
 from plumbing.parallel import in_chunks, reused, rows_at_a_time, shared_among_cores
@@ -97,11 +96,10 @@ def layer_norm_backward(x, g, dy, eps=LAYER_NORM_EPS):
     """y = x̂ g + b, x̂ = (x - mean) / √(var + eps):
     dg = Σ dy x̂,  db = Σ dy,  dx = (dx̂ - mean(dx̂) - x̂ mean(dx̂ x̂)) / √(var + eps),  dx̂ = dy g
     x, dy [..., C], g [C] -> dx [..., C], dg [C], db [C]"""
-    centred = x - x.mean(axis=-1, keepdims=True)
-    rstd = 1.0 / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
-    xhat = centred * rstd
+    xhat = layer_norm(x, 1.0, 0.0, eps)  # the forward's own x̂: layer_norm with g = 1, b = 0
+    rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + eps)
     dxhat = dy * g
-    dx = rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True) - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
+    dx = rstd * (dxhat - np.mean(dxhat, axis=-1, keepdims=True) - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True))
     axes = tuple(range(dy.ndim - 1))
     return dx, (dy * xhat).sum(axis=axes), dy.sum(axis=axes)
 
@@ -117,14 +115,13 @@ def lora_linear_backward(x, w, lora, dy):
     """y = x w + b + s h B,  h = x A, with w and b frozen (a LoRA run trains A and B alone):
     dh = s dy Bᵀ,  dx = dy wᵀ + dh Aᵀ,  dA = Σ xᵀ dh,  dB = s Σ hᵀ dy  (Σ over every position)
     x [..., n_in], w [n_in, n_out], lora {"A" [n_in, R], "B" [R, n_out], "scale" s}, dy [..., n_out]
-    -> dx [..., n_in], {"A": dA [n_in, R], "B": dB [R, n_out]}. No dw, no db: nothing n_in x n_out is made."""
+    -> dx [..., n_in], {"A": dA [n_in, R], "B": dB [R, n_out]}. No dw, no db: nothing n_in x n_out is made.
+    The update is two linear layers without bias, h = x A and h (s B): two linear_backwards."""
     A, B, s = lora["A"], lora["B"], lora["scale"]
-    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])  # [B·T, n]: one product each
-    h = x2 @ A  # [B·T, R], made again here: cheap beside x w
-    dh = (dy2 @ B.T) * s  # [B·T, R]
-    dx = dy2 @ w.T
-    dx += dh @ A.T
-    return dx.reshape(x.shape), {"A": x2.T @ dh, "B": (h * s).T @ dy2}
+    dh, dsB, _ = linear_backward(matmul(x, A), s * B, dy)  # h [..., R] made again here: cheap beside x w
+    dx, dA, _ = linear_backward(x, A, dh)
+    dx += matmul(dy, w.T)  # the frozen w's share
+    return dx, {"A": dA, "B": s * dsB}
 
 
 def layer_backward(x, layer, dy, frozen=False):
@@ -178,12 +175,19 @@ def attention_backward(q, k, v, weights, dz, drop_mask=None, p_drop=0.0, hook=no
     q [B, H, T, D], weights [B, H, T, T], dz [B, H, T, D] -> dq, dk, dv [B, H, T, D]
     With dropout on the weights (its drop_mask, p_drop), z was made from the dropped weights instead.
     hook: the gradients of "attn.weights" (of the weights z was made from) and "attn.scores"."""
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    scale = score_scale(q.shape[-1], q.dtype)
     used = weights if drop_mask is None else dropout_backward(drop_mask, p_drop, weights)  # the same mask and scale
     dv = used.swapaxes(-1, -2) @ dz
     dweights = hook("attn.weights", dz @ v.swapaxes(-1, -2))
     dscores = hook("attn.scores", in_chunks(softmax_backward, weights, dropout_backward(drop_mask, p_drop, dweights)))
     return dscores @ k * scale, dscores.swapaxes(-1, -2) @ q * scale, dv
+
+
+def score_scale(D, dtype):
+    """What attention_scores multiplies q·k by (1/√D), read from it: the score of a unit vector with itself."""
+    unit = np.zeros((1, 1, 1, D), dtype)
+    unit[..., 0] = 1.0
+    return float(attention_scores(unit, unit)[0, 0, 0, 0])
 
 
 def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0, frozen=False, hook=no_hook):
@@ -348,9 +352,21 @@ def loss_and_grads(ids, targets, params, hparams, p_drop=0.0, rng=None, buffers=
     ({"blocks": [{"attn": {"c_attn": {"lora": {"A", "B"}}, ...}, ...}, ...]})."""
     ids, targets = checked_ids(ids, params), np.asarray(targets)
     checked_ids(np.where(targets == IGNORE, 0, targets), params)
+    loss, grads, _ = forward_backward(ids, params, hparams, lambda xf: (
+        *head_backward(xf, params["wte"], targets, buffers, frozen), None), p_drop, rng, frozen)
+    return loss, grads
+
+
+def forward_backward(ids, params, hparams, head, p_drop=0.0, rng=None, frozen=False):
+    """What every objective's gradients go through (the language model's, a classifier's, DPO's): the training
+    forward, the objective's head on ln_f's output, then the backward pass, wte's gradient being the head's
+    part (where the head is wte itself) plus the gather's.   ids [B, T] (checked)
+    head(ln_f's output [B, T, C]) -> (loss, its gradient [B, T, C], the head's part of wte's gradient [V, C],
+    or a zero array where the head is not wte, or None when frozen; what else the head returns)
+    -> (loss, grads, what else the head returned)"""
     kept, top = training_forward(ids, params, hparams, p_drop, rng)
-    loss, dxf, dwte = head_backward(top["ln_f"], params["wte"], targets, buffers, frozen)
-    return loss, model_backward(ids, kept, top, params, hparams, dxf, dwte, p_drop, frozen)
+    loss, dxf, dwte, more = head(top["ln_f"])
+    return loss, model_backward(ids, kept, top, params, hparams, dxf, dwte, p_drop, frozen), more
 
 
 def model_backward(ids, kept, top, params, hparams, dxf, dwte=None, p_drop=0.0, frozen=False, hook=no_hook):

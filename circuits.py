@@ -43,6 +43,7 @@ from look_inside import activation_shapes, model_hook, run_with_cache, run_with_
 from plumbing.device import host
 from plumbing.errors import UserError
 from plumbing.shapes import block_index
+from sae import latent_writes
 
 SITES = {  # what `patch` can patch: the activation (TransformerLens's name within block l)
     "resid_pre": "hook_resid_pre", "resid_mid": "hook_resid_mid", "attn_out": "hook_attn_out",
@@ -83,15 +84,28 @@ def chained(first, then):
 
 
 def sae_site(splice):
-    """The hook point of splice's SAE (None: none spliced)."""
+    """The hook point of splice's SAE, where it writes (None: none spliced)."""
     return splice[1][0] if splice and splice[1] else None
+
+
+def sae_reads(splice):
+    """The hook point splice's SAE reads: its site, or a transcoder's input hook."""
+    return splice[1][3] if splice and splice[1] and len(splice[1]) > 3 else sae_site(splice)
 
 
 def hooked_name(name, splice):
     """Where an experiment's hook on an activation goes: its name, or at the SAE's own hook point, the SAE's
     input (SAELens's {site}.hook_sae_input: the SAE encodes the patched activation; its error term, with
-    use_error_term, stays the run's own)."""
-    return f"{name}.hook_sae_input" if name == sae_site(splice) else name
+    use_error_term, stays the run's own). A transcoder's hooks are left alone: a patch where it writes patches
+    the model's activation there, what its error term is taken from."""
+    return f"{name}.hook_sae_input" if name == sae_site(splice) == sae_reads(splice) else name
+
+
+def crosses_blocks(splice):
+    """A transcoder that reads in one block and writes in another: the fast sweeps, which start at a block,
+    would miss its input (run_patched is used instead)."""
+    site, reads = sae_site(splice), sae_reads(splice)
+    return site != reads and site.split(".")[:2] != reads.split(".")[:2]
 
 
 # ============================================================================
@@ -209,7 +223,7 @@ def patch(params, hparams, clean_ids, corrupted_ids, answer, wrong, site, all_po
     _, clean = run_with_cache(clean_ids, params, hparams, names=sorted({name for _, _, name, _ in where}), sae=sae,
                               hooks=hooks)
     cells = [(layer, {hooked_name(name, splice): patch_hook(clean[name], index)}) for _, layer, name, index in where]
-    run = run_patched_fast if fast else run_patched
+    run = run_patched_fast if fast and not crosses_blocks(splice) else run_patched
     return np.array(run(params, hparams, corrupted_ids, cells, answer, wrong, splice), np.float32).reshape(shape)
 
 
@@ -252,7 +266,7 @@ def copies_forward(params, hparams, ids, resid, layer, hooks, splice=None):
     n, B = len(hooks), len(ids)
     later = dict(params, blocks=params["blocks"][layer:])  # the blocks before `layer` are done: resid is theirs
     base, sae = splice or ({}, None)
-    site = sae_site(splice)
+    site, reads, captured = sae_site(splice), sae_reads(splice), {}
 
     def each_copy(view, tl):  # the copies' own hooks at tl, copy by copy: -> view, or the patched copies
         if not any(tl in h for h in hooks):
@@ -279,8 +293,11 @@ def copies_forward(params, hparams, ids, resid, layer, hooks, splice=None):
             changed = base[tl](view, tl)
             view = view if changed is None else changed
         view = each_copy(view, tl)
-        if tl == site:
-            view = sae[1](each_copy(view, f"{site}.hook_sae_input"), view)[0]
+        if tl == reads != site:  # a transcoder's input, as the copies go on with it
+            captured["x"] = view
+        elif tl == site:
+            sae_in = captured.pop("x") if reads != site else view
+            view = sae[1](each_copy(sae_in, f"{site}.hook_sae_input"), sae_in, view)[0]
         return x if view is original else taken_back(full, view)
 
     tiled = np.broadcast_to(ids, (n, B, ids.shape[1])).reshape(n * B, -1)
@@ -305,8 +322,7 @@ def logit_direction(params, answer, wrong):
 
 def final_scale(resid, eps):
     """σ = √(var(resid) + eps): ln_f's scale, what it divides the residual stream by.   [..., C] -> [..., 1]"""
-    centred = resid - resid.mean(-1, keepdims=True)
-    return np.sqrt((centred * centred).mean(-1, keepdims=True) + eps)
+    return np.sqrt(resid.var(-1, keepdims=True) + eps)
 
 
 def dla_component(component, scale, direction):
@@ -403,16 +419,21 @@ def dla_latents(params, hparams, ids, answer, wrong, W_dec, splice):
     """Direct logit attribution by SAE latent (ARENA 1.3's): latent i wrote f_i W_dec[i] at the SAE's hook point,
     each read as dla_components reads a component, averaged over the prompts. With the decoder's bias's share
     (and the error term's, where it is spliced) they add up to the share of what the SAE wrote, its output.
-    W_dec [d_sae, C]: the SAE's decoder -> [d_sae]"""
+    W_dec [d_sae, C]: the SAE's decoder, or the SAE itself, whose latents then write what sae.latent_writes says
+    (a TopK's f_i / ‖W_dec[i]‖, times the token's σ where its output is de-normalised) -> [d_sae]"""
     site = sae_site(splice)
     if site is None or site.rsplit(".", 1)[-1] not in RESIDUAL_SITES:
         raise UserError("direct logit attribution by latent reads an SAE that writes into the residual stream "
                         f"({', '.join(RESIDUAL_SITES)}); " + (f"this one is at {site}" if site else "none is spliced"))
     ids, answer, wrong = answers(ids, answer, wrong, params)
-    acts = f"{site}.hook_sae_acts_post"
-    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, [acts], splice)
-    centred = W_dec - W_dec.mean(-1, keepdims=True)  # ((f_i W_dec[i] - its mean) / σ) · direction, for every i
-    return (cache[acts] * ((direction / scale) @ centred.T)).mean(0).astype(np.float32)
+    acts, read = f"{site}.hook_sae_acts_post", f"{site}.hook_sae_input"
+    cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, [acts, read], splice)
+    coefficients = cache[acts]
+    if isinstance(W_dec, dict):
+        coefficients, W_dec = latent_writes(cache[read], coefficients, W_dec)
+    # latent i wrote c_i W_dec[i], so its share is c_i times W_dec[i]'s share (dla_component), pair by pair
+    per_row = np.stack([dla_component(W_dec, scale[b], direction[b]) for b in range(len(scale))])  # [B, d_sae]
+    return (coefficients * per_row).mean(0).astype(np.float32)
 
 
 # ============================================================================
@@ -437,10 +458,11 @@ def gradients(ids, params, hparams, dlogits, names, splice=None):
     given ∂metric/∂logits [B, T, V]: the backward pass's mirror of run_with_cache. -> {name: [B, ...]}
     With splice, the forward pass is the spliced model's and the backward mirrors it: at the SAE's hook point
     the gradient goes back through the SAE (sae.input_grad: SAELens's, through x̂ alone), and is the gradient of
-    the SAE's input there; through each of splice's hooks, the centring (a projection, x - mean x), it goes back
-    as the projection's own transpose, itself: g - mean g."""
+    the SAE's input there (a transcoder's goes back to its input's hook, and where it writes, the model's own
+    activation, read by nothing but the error term, a constant, gets 0); through each of splice's hooks, the
+    centring (a projection, x - mean x), it goes back as the projection's own transpose, itself: g - mean g."""
     base, sae = splice or ({}, None)
-    site, grads, inputs = sae_site(splice), {}, {}
+    site, reads, grads, inputs = sae_site(splice), sae_reads(splice), {}, {}
     forward = sae_hooks(base, sae, activation_shapes(hparams, *np.shape(np.atleast_2d(ids))))
     if sae:
         splicing = forward[site]
@@ -454,8 +476,13 @@ def gradients(ids, params, hparams, dlogits, names, splice=None):
 
     def keep(name, d):
         tl = transformer_lens_name(name)
-        if tl == site:
+        if tl == site and reads != site:  # a transcoder: the gradient goes to its input; its site's own is 0
+            inputs["grad"] = sae[2](inputs[site], shown(name, d))
+            d = np.zeros_like(d)
+        elif tl == site:
             d = taken_back(name, sae[2](inputs[site], shown(name, d)))
+        elif tl == reads:
+            d = d + taken_back(name, inputs.pop("grad"))
         if tl in names:
             grads[tl] = shown(name, d)
         if tl in base:
@@ -535,7 +562,7 @@ def path_patch(params, hparams, clean_ids, corrupted_ids, answer, wrong, source,
                                                                   params["blocks"][i], h, component, hparams)})
              for i in range(layer + 1, L) for h in range(H)]
     out = np.zeros((L, H), np.float32)
-    run = run_patched_fast if fast else run_patched
+    run = run_patched_fast if fast and not crosses_blocks(splice) else run_patched
     if cells:
         out[layer + 1:] = np.reshape(run(params, hparams, corrupted_ids, cells, answer, wrong, splice),
                                      (L - layer - 1, H))

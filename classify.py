@@ -17,7 +17,7 @@ pads alone at position 0 (pooled_positions, exactly as transformers computes it)
 
 The loss is the cross-entropy of the labels over the batch, and its gradient enters the model
 at one position a text: d loss / d ln_f's output is 0 everywhere but at p_b (pool_backward,
-the gather's mirror), and backward.py's model_backward takes it from there. The head is a
+the gather's mirror), and backward.py's forward_backward takes it from there. The head is a
 matrix like any other: AdamW decays it; a LoRA run trains it in full beside the adapters, as
 PEFT's task_type="SEQ_CLS" does (modules_to_save=["score"]).
 
@@ -26,7 +26,7 @@ score's row i. A folder keeps them beside the checkpoint (plumbing/classifier_fi
 """
 import numpy as np
 
-from backward import model_backward, training_forward
+from backward import forward_backward
 from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax, softmax
 from plumbing.device import host
 from plumbing.errors import UserError
@@ -116,19 +116,20 @@ def classifier_loss_and_grads(ids, labels, params, hparams, pad_id, p_drop=0.0, 
     buffers: the training loop's dict (backward.loss_and_grads's), where wte's gradient is kept between steps.
     -> (loss, grads, the batch's accuracy)"""
     ids, labels = checked_ids(ids, params), np.asarray(labels)
-    kept, top = training_forward(ids, params, hparams, p_drop, rng)
     positions = pooled_positions(ids, pad_id)
-    h = pool(top["ln_f"], positions)  # [B, C]
-    logits = h @ params["score"].T  # [B, K]
-    dlogits = label_loss_backward(logits, labels)
-    dxf = pool_backward(dlogits @ params["score"], positions, ids.shape[1])
-    dwte = None if frozen else reused(buffers, "dwte", params["wte"].shape, np.float32, like=params["wte"])
-    if dwte is not None:
-        dwte.fill(0.0)  # kept between steps, it costs one pass of writes; fresh, the OS's page faults too
-    grads = model_backward(ids, kept, top, params, hparams, dxf, dwte, p_drop,
-                           frozen)  # the tied output layer is not used: wte's gradient is the gather's
-    accuracy = float(np.mean(logits.argmax(axis=-1) == np.asarray(labels, like=logits)))
-    return label_loss(logits, labels), grads | {"score": dlogits.T @ h}, accuracy
+
+    def head(xf):  # ln_f's output [B, T, C] -> the loss, its gradient, wte's head part (none), score's, the logits
+        h = pool(xf, positions)  # [B, C]
+        logits = h @ params["score"].T  # [B, K]
+        dlogits = label_loss_backward(logits, labels)
+        dwte = None if frozen else reused(buffers, "dwte", params["wte"].shape, np.float32, like=params["wte"])
+        if dwte is not None:  # the tied output layer is not used: wte's gradient is the gather's alone
+            dwte.fill(0.0)  # kept between steps, it costs one pass of writes; fresh, the OS's page faults too
+        dxf = pool_backward(dlogits @ params["score"], positions, ids.shape[1])
+        return label_loss(logits, labels), dxf, dwte, (dlogits.T @ h, logits)
+
+    loss, grads, (dscore, logits) = forward_backward(ids, params, hparams, head, p_drop, rng, frozen)
+    return loss, grads | {"score": dscore}, float(np.mean(logits.argmax(axis=-1) == np.asarray(labels, like=logits)))
 
 
 # ============================================================================

@@ -22,11 +22,11 @@ for the rejected row the same, negative: the chosen one is learned as instructio
 response, the rejected one unlearned, both the more as the model gets the pair wrong (σ(-β δ) near 1).
 
 The order: a pair's tokens (TRL's), a batch of pairs (TRL's collator), the log-probabilities, the loss
-with its weights and metrics, and the gradient (backward.py's model_backward, from those weights).
+with its weights and metrics, and the gradient (backward.py's forward_backward, from those weights).
 """
 import numpy as np
 
-from backward import model_backward, training_forward
+from backward import forward_backward, training_forward
 from bpe import ENDOFTEXT
 from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax, softmax
 from plumbing import corpus
@@ -256,21 +256,24 @@ def loss_and_grads(ids, mask, ref_logps, params, hparams, beta, loss_type="sigmo
                    frozen=False, buffers=None):
     """The DPO loss of a batch of pairs (pair_batch's ids and mask [2P, T]; ref_logps [2P], the reference's),
     TRL's metrics, and d loss / d every parameter (frozen, a LoRA run: the adapters' alone), through
-    backward.py's model_backward. buffers: the training loop's dict, where wte's gradient [V, C] is kept
+    backward.py's forward_backward. buffers: the training loop's dict, where wte's gradient [V, C] is kept
     between steps (backward.loss_and_grads's). -> (loss, grads, metrics)"""
     ids = checked_ids(ids, params)
     scored = completion_positions(mask)
-    kept, top = training_forward(ids, params, hparams, p_drop, rng)
-    on = np.asarray(scored, like=top["ln_f"])  # the positions, where the activations are (a GPU's, or the host's)
-    x, next_ids = top["ln_f"][on], np.asarray(ids[:, 1:][scored[:, :-1]], like=on)  # [N, C], [N]: the completions'
-    per_token, logits = token_logps(x, params["wte"], next_ids)
-    loss, weights, metrics = dpo_loss(sequence_logps(host(per_token), scored), ref_logps, completion_lengths(mask),
-                                      beta, loss_type)  # on the host: [2P] numbers
-    weights[np.abs(weights) < NEGLIGIBLE] = 0.0  # no subnormal products (NEGLIGIBLE)
-    dlogits = weighted_logits_grad(logits, next_ids, np.asarray(weights[np.nonzero(scored)[0]], like=on))  # [N, V]
-    dxf = np.zeros_like(top["ln_f"])
-    dxf[on] = dlogits @ params["wte"]  # logits = x wteᵀ: dx = dlogits wte
-    # wte's gradient: the head's part, dlogitsᵀ x, in a buffer kept between steps; model_backward adds the gather's
-    dwte = None if frozen else np.matmul(dlogits.T, x, out=reused(buffers, "dwte", params["wte"].shape, x.dtype,
-                                                                  like=x))
-    return loss, model_backward(ids, kept, top, params, hparams, dxf, dwte, p_drop, frozen), metrics
+
+    def head(xf):  # ln_f's output [2P, T, C] -> the loss, its gradient, wte's head part, TRL's metrics
+        on = np.asarray(scored, like=xf)  # the positions, where the activations are (a GPU's, or the host's)
+        x, next_ids = xf[on], np.asarray(ids[:, 1:][scored[:, :-1]], like=xf)  # [N, C], [N]: the completions'
+        per_token, logits = token_logps(x, params["wte"], next_ids)
+        loss, weights, metrics = dpo_loss(sequence_logps(host(per_token), scored), ref_logps,
+                                          completion_lengths(mask), beta, loss_type)  # on the host: [2P] numbers
+        weights[np.abs(weights) < NEGLIGIBLE] = 0.0  # no subnormal products (NEGLIGIBLE)
+        dlogits = weighted_logits_grad(logits, next_ids, np.asarray(weights[np.nonzero(scored)[0]], like=xf))
+        dxf = np.zeros_like(xf)
+        dxf[on] = dlogits @ params["wte"]  # logits = x wteᵀ: dx = dlogits wte
+        # wte's gradient: the head's part, dlogitsᵀ x, in a buffer kept between steps (the backward adds the gather's)
+        dwte = None if frozen else np.matmul(dlogits.T, x, out=reused(buffers, "dwte", params["wte"].shape, x.dtype,
+                                                                      like=x))
+        return loss, dxf, dwte, metrics
+
+    return forward_backward(ids, params, hparams, head, p_drop, rng, frozen)

@@ -4,7 +4,7 @@
 
   1. building blocks    gelu, softmax, layer_norm, matmul, linear (and LoRA's update), ffn
   2. attention          split_heads, attention_scores, attention, the KV cache, mha
-  3. the model          transformer_block, gpt2_hidden, gpt2
+  3. the model          transformer_block, embed, gpt2_hidden, gpt2
   4. generation         the processors (penalties, top-k, top-p, min-p), sampling, stop strings, generate
   5. scoring            the next-token loss, score
   6. the checks at the door: clear errors for what NumPy would get wrong quietly
@@ -41,8 +41,7 @@ GELU_CUBIC = 0.044715  # the weight of x³ in GELU's tanh approximation (Hendryc
 # ============================================================================
 # 1. Building blocks
 # ============================================================================
-# Constants are Python floats: a NumPy float64 scalar, such as np.sqrt(2 / np.pi),
-# would silently turn every float32 array it touches into float64.
+# Constants are Python floats: a NumPy float64 scalar (np.sqrt(2 / np.pi)) turns float32 arrays into float64.
 
 def no_hook(name, x):
     """The default hook: every activation goes on unchanged (see the top of the file)."""
@@ -55,10 +54,9 @@ def gelu(x):
 
 
 def gelu_fast(x):
-    """gelu(x), for the hot path. Since 0.5 (1 + tanh y) = 1 / (1 + exp(-2y)), GELU is also
-    x / (1 + exp(-2y)),  y = x (a + b x²),  a = √(2/π), b = 0.044715 a:
-    one exp where gelu has a tanh (the dearer of the two), computed in one new array updated
-    in place (x is not changed): on a long prompt every temporary is another trip to main memory."""
+    """gelu(x), for the hot path. Since 0.5 (1 + tanh y) = 1 / (1 + exp(-2y)), GELU is also x / (1 + exp(-2y)),
+    y = x (a + b x²), a = √(2/π), b = 0.044715 a: one exp where gelu has a tanh (the dearer of the two), in one
+    new array updated in place (x is not changed): on a long prompt every temporary is a trip to main memory."""
     y = x * x
     y *= -2.0 * GELU_CUBIC * SQRT_2_OVER_PI
     y -= 2.0 * SQRT_2_OVER_PI
@@ -159,8 +157,8 @@ def attention(q, k, v):
 
 
 def blocked_attention(q, k, v, block=128):
-    """attention(), a block of queries at a time. A block's last query sees keys only up to its own position,
-    so the keys after it (the masked part of the T x T scores) are never computed: on a long prompt that halves it."""
+    """attention(), a block of queries at a time. A block's last query sees keys only up to its own position, so
+    the keys after it (the masked part of the T x T scores) are never computed: on a long prompt, half the work."""
     n_queries, n_past = q.shape[-2], k.shape[-2] - q.shape[-2]
     if n_queries <= block:
         return attention(q, k, v)
@@ -180,9 +178,8 @@ def new_kv_cache(hparams, batch, length, like=None):
 
 
 def kv_append(kv, k, v):
-    """Store this step's keys and values after the cached ones; return all of them so far.
-    k, v [B, H, T, D] -> [B, H, n + T, D]. A new token never changes an old key, so the
-    old ones are kept instead of recomputed: one token per step costs T, not T²."""
+    """Store this step's keys and values after the cached ones; return all of them so far.   k, v [B, H, T, D] ->
+    [B, H, n + T, D]. A new token never changes an old key, so the old ones are kept: a step costs T, not T²."""
     n, T = kv["n"], k.shape[2]
     kv["k"][:, :, n:n + T] = k
     kv["v"][:, :, n:n + T] = v
@@ -229,12 +226,16 @@ def block_hook(hook, i):
     return no_hook if hook is no_hook else lambda name, x: hook(f"h{i}.{name}", x)
 
 
+def embed(ids, wte, wpe, start=0, hook=no_hook):
+    """The model's input: each token's row of wte plus its position's row of wpe, positions counted from
+    `start` (the tokens already in the KV cache). Each part passes through hook ("wte", "wpe").   [B, T] -> [B, T, C]"""
+    return hook("wte", wte[np.asarray(ids, like=wte)]) + hook("wpe", wpe[start:start + ids.shape[1]])  # like=: NEP 35
+
+
 def gpt2_hidden(ids, params, hparams, kv_cache=None, last_only=False, hook=no_hook):
     """The model up to its output layer: embeddings, blocks, ln_f.   ids [B, T] -> [B, T, C]
     (the last position only, [B, 1, C], with last_only). ids are checked ones (checked_ids)."""
-    start = kv_cache[0]["n"] if kv_cache else 0
-    ids = np.asarray(ids, like=params["wte"])  # where the weights are (NEP 35: a GPU's asarray copies them there)
-    x = hook("wte", params["wte"][ids]) + hook("wpe", params["wpe"][start:start + ids.shape[1]])  # [B, T, C]
+    x = embed(ids, params["wte"], params["wpe"], kv_cache[0]["n"] if kv_cache else 0, hook)  # [B, T, C]
     for i, (block, kv) in enumerate(zip(params["blocks"], kv_cache or [None] * len(params["blocks"]))):
         x = transformer_block(x, **block, hparams=hparams, kv=kv, hook=block_hook(hook, i))
     return hook("ln_f", layer_norm(x[:, -1:] if last_only else x, **params["ln_f"], eps=layer_norm_eps(hparams)))
@@ -273,9 +274,9 @@ def ban_repeated_ngrams(logits, ids, n):
         return logits
     ngrams = np.lib.stride_tricks.sliding_window_view(ids, n, axis=1)  # [B, T - n + 1, n]
     rows, at = np.nonzero((ngrams[:, :, :-1] == ids[:, None, ids.shape[1] - n + 1:]).all(axis=-1))
-    banned = np.zeros(logits.shape, dtype=bool)
-    banned[rows, ngrams[rows, at, -1]] = True
-    return np.where(banned, -np.inf, logits).astype(np.float32)
+    out = logits.astype(np.float32)  # a copy: the caller's logits stay as they were
+    out[rows, ngrams[rows, at, -1]] = -np.inf
+    return out
 
 
 def penalized(logits, ids, repetition_penalty=1.0, no_repeat_ngram_size=0):
@@ -305,8 +306,7 @@ def top_p_filter(logits, p):
 
 
 def min_p_filter(logits, p):
-    """min-p (Nguyen et al., 2024): -inf for each token less likely than p times the most likely,
-    which always stays.   [B, V] -> [B, V]"""
+    """min-p (Nguyen et al., 2024): -inf for each token below p times the likeliest (which stays).   [B, V] -> [B, V]"""
     probs = softmax(logits)
     return np.where(probs < p * probs.max(axis=-1, keepdims=True), -np.inf, logits).astype(np.float32)
 

@@ -19,9 +19,14 @@ function, so the program runs what the student wrote. `python handout.py` says w
 exercises each program needs done before it runs.
 
 tests/test_handout.py blanks each exercise in turn and checks that its tests then fail,
-naming the exercise, and pass again with the function restored; and that the program then
+naming the exercise, and pass with the project's own body written in; and that the program then
 stops, prints something else when the function is written wrong, and prints what the whole
-project prints when it is written right.
+project prints when it is written right. tests/test_handout_leaks.py checks that no other line of
+the copy gives a blanked exercise away (TWINS also rewrites the forms that would).
+
+The exercises are numbered in a course's order: the tokenizer, the data, the model, loading it,
+training it, evaluating and decoding, fine-tuning, then looking inside (docs/exercises.md maps them
+to Raschka's chapters, ARENA, Zero to Hero and CS336).
 """
 if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are one line and 130 from here on
     from interface.start import start
@@ -44,146 +49,173 @@ NOTEBOOK = "exercises.ipynb"  # in a handout written with --notebook
 # number: (title, [(file, function, that function's own test)], [the exercise's other tests], where a
 # student sees it at work: one of WHERE's programs). docs/exercises.md names the same tests.
 EXERCISES = {
-    1: ("gelu, softmax, layer_norm",
-        [("gpt2_numpy.py", "gelu", "test_gelu_is_the_tanh_approximation"),
-         ("gpt2_numpy.py", "softmax", "test_softmax_matches_the_definition_and_does_not_overflow"),
-         ("gpt2_numpy.py", "layer_norm", "test_layer_norm_matches_the_definition")], [], "generate"),
-    2: ("attention",
-        [("gpt2_numpy.py", "attention_scores", "test_attention_weights_rows_sum_to_one_and_never_look_ahead"),
-         ("gpt2_numpy.py", "attention_weights", "test_attention_weights_rows_sum_to_one_and_never_look_ahead"),
-         ("gpt2_numpy.py", "attention", "test_attention_matches_the_loop")], [], "generate"),
-    3: ("multi-head attention",
-        [("gpt2_numpy.py", "split_heads", "test_split_and_merge_heads"),
-         ("gpt2_numpy.py", "merge_heads", "test_split_and_merge_heads"),
-         ("gpt2_numpy.py", "mha", "test_mha_matches_per_head_loops")], ["test_logits_match_hugging_face"], "generate"),
-    4: ("the KV cache",
-        [("gpt2_numpy.py", "kv_append", "test_kv_cache_gives_the_logits_of_full_recomputation_at_every_step")], [],
-        "generate"),
-    5: ("blocked attention", [("gpt2_numpy.py", "blocked_attention", "test_blocked_attention_equals_attention")], [],
-        "generate"),
-    6: ("sampling",
-        [("gpt2_numpy.py", "top_k_filter", "test_top_k_keeps_the_k_largest"),
-         ("gpt2_numpy.py", "top_p_filter", "test_top_p_keeps_the_smallest_set_reaching_p"),
-         ("gpt2_numpy.py", "sample_next", "test_sampling_follows_the_probabilities")], [], "generate"),
-    7: ("counting parameters", [("parameters.py", "count_parameters", "test_gpt2_totals")], ["test_124m_parts"],
-        "params"),
-    8: ("why wteᵀ", [("parameters.py", "count_tensors", "test_the_formula_agrees_with_the_checkpoint_tensors")], [],
-        "params"),
-    9: ("BPE merges",
+    1: ("BPE merges",
         [("bpe.py", "merge_once", "test_one_merge_joins_the_pair_with_the_lowest_rank"),
          ("bpe.py", "merge", "test_merges_match_the_classic_algorithm")], ["test_the_fast_merge_equals_merge"],
         "generate"),
-    10: ("reading a checkpoint",
-         [("plumbing/checkpoint.py", "read_varint", "test_read_varint"),
-          ("plumbing/checkpoint.py", "read_footer", "test_footer_has_the_magic_and_two_handles")], [], "generate"),
-    11: ("CRC-32C", [("plumbing/crc32c.py", "crc32c", "test_crc32c_definition_gives_the_known_answers")], [],
+    2: ("training a tokenizer",
+        [("bpe.py", "pair_counts", "test_pair_counts_and_merge_pair_by_hand"),
+         ("bpe.py", "merge_pair", "test_pair_counts_and_merge_pair_by_hand"),
+         ("bpe.py", "learn_merge", "test_learn_merge_takes_the_most_frequent_pair_and_the_first_of_a_tie")],
+        ["test_the_fast_trainer_is_the_plain_one"], "from_scratch"),
+    3: ("the batch of training windows",
+        [("train.py", "batch", "test_a_batch_is_windows_of_the_text_and_their_next_tokens")], [], "train"),
+    4: ("the embeddings",
+        [("gpt2_numpy.py", "embed", "test_the_embeddings_are_each_tokens_row_plus_its_positions_row")],
+        ["test_kv_cache_gives_the_logits_of_full_recomputation_at_every_step"], "lens"),
+    5: ("gelu, softmax, layer_norm",
+        [("gpt2_numpy.py", "gelu", "test_gelu_is_the_tanh_approximation"),
+         ("gpt2_numpy.py", "softmax", "test_softmax_matches_the_definition_and_does_not_overflow"),
+         ("gpt2_numpy.py", "layer_norm", "test_layer_norm_matches_the_definition")], [], "generate"),
+    6: ("attention",
+        [("gpt2_numpy.py", "attention_scores", "test_attention_weights_rows_sum_to_one_and_never_look_ahead"),
+         ("gpt2_numpy.py", "attention_weights", "test_attention_weights_rows_sum_to_one_and_never_look_ahead"),
+         ("gpt2_numpy.py", "attention", "test_attention_matches_the_loop")], [], "generate"),
+    7: ("multi-head attention",
+        [("gpt2_numpy.py", "split_heads", "test_split_and_merge_heads"),
+         ("gpt2_numpy.py", "merge_heads", "test_split_and_merge_heads"),
+         ("gpt2_numpy.py", "mha", "test_mha_matches_per_head_loops")], ["test_logits_match_hugging_face"], "generate"),
+    8: ("the transformer block", [("gpt2_numpy.py", "transformer_block", "test_every_stage_matches_hugging_face")],
+        ["test_the_block_passes_each_activation_through_its_hook"], "generate"),
+    9: ("counting parameters", [("parameters.py", "count_parameters", "test_gpt2_totals")], ["test_124m_parts"],
+        "params"),
+    10: ("why wteᵀ", [("parameters.py", "count_tensors", "test_the_formula_agrees_with_the_checkpoint_tensors")], [],
+         "params"),
+    11: ("sampling",
+         [("gpt2_numpy.py", "top_k_filter", "test_top_k_keeps_the_k_largest"),
+          ("gpt2_numpy.py", "top_p_filter", "test_top_p_keeps_the_smallest_set_reaching_p"),
+          ("gpt2_numpy.py", "sample_next", "test_sampling_follows_the_probabilities")], [], "generate"),
+    12: ("the KV cache",
+         [("gpt2_numpy.py", "kv_append", "test_kv_cache_gives_the_logits_of_full_recomputation_at_every_step")], [],
          "generate"),
-    12: ("the transformer block", [("gpt2_numpy.py", "transformer_block", "test_every_stage_matches_hugging_face")],
-         ["test_the_block_passes_each_activation_through_its_hook"], "generate"),
-    13: ("the logit lens",
-         [("look_inside.py", "logit_lens", "test_the_logit_lens_matches_hugging_faces_ln_f_and_head")],
-         ["test_the_last_layers_lens_is_the_models_prediction"], "lens"),
-    14: ("previous-token and induction heads",
-         [("look_inside.py", "previous_token_scores", "test_previous_token_scores_on_patterns_built_by_hand"),
-          ("look_inside.py", "induction_targets", "test_induction_scores_on_patterns_built_by_hand"),
-          ("look_inside.py", "induction_scores", "test_induction_scores_on_patterns_built_by_hand")],
-         ["test_induction_and_previous_token_scores_on_the_models_cache"], "heads"),
-    15: ("ablating a head",
-         [("look_inside.py", "zero_ablate_head",
-           "test_ablating_one_head_changes_only_its_share_of_the_attention_output"),
-          ("look_inside.py", "loss", "test_ablating_a_head_changes_the_loss_and_the_plain_loss_is_scores")], [],
-         "ablate"),
-    16: ("LayerNorm's backward",
-         [("backward.py", "layer_norm_backward", "test_layer_norm_backward_by_finite_differences")], [], "train"),
-    17: ("attention's backward",
-         [("backward.py", "softmax_backward", "test_softmax_backward_by_finite_differences"),
-          ("backward.py", "attention_backward", "test_attention_backward_with_its_mask_by_finite_differences")],
-         ["test_attention_backward_with_dropped_weights_by_finite_differences",
-          "test_the_model_with_dropout_by_finite_differences"], "train"),
-    18: ("the tied wte",
-         [("backward.py", "loss_and_grads", "test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits")],
-         ["test_every_gradient_matches_torch"], "train"),
-    19: ("AdamW", [("optimizer.py", "adamw_update", "test_adamw_update_is_the_equations")],
-         ["test_ten_adamw_steps_give_torchs_losses"], "train"),
-    20: ("training a tokenizer",
-         [("bpe.py", "pair_counts", "test_pair_counts_and_merge_pair_by_hand"),
-          ("bpe.py", "merge_pair", "test_pair_counts_and_merge_pair_by_hand"),
-          ("bpe.py", "learn_merge", "test_learn_merge_takes_the_most_frequent_pair_and_the_first_of_a_tie")],
-         ["test_the_fast_trainer_is_the_plain_one"], "from_scratch"),
-    21: ("GPT-2's initialisation",
+    13: ("blocked attention", [("gpt2_numpy.py", "blocked_attention", "test_blocked_attention_equals_attention")], [],
+         "generate"),
+    14: ("reading a checkpoint",
+         [("plumbing/checkpoint.py", "read_varint", "test_read_varint"),
+          ("plumbing/checkpoint.py", "read_footer", "test_footer_has_the_magic_and_two_handles"),
+          ("plumbing/checkpoint.py", "varint", "test_varint_is_read_varints_inverse")], [], "generate"),
+    15: ("CRC-32C", [("plumbing/crc32c.py", "crc32c", "test_crc32c_definition_gives_the_known_answers")], [],
+         "generate"),
+    16: ("GPT-2's initialisation",
          [("parameters.py", "residual_scale", "test_the_initialisation_has_gpt2s_statistics"),
           ("parameters.py", "init_tensor", "test_the_initialisation_has_gpt2s_statistics")],
          ["test_the_same_seed_gives_the_same_weights"], "from_scratch"),
-    22: ("rolling windows",
-         [("evaluate.py", "rolling_windows", "test_rolling_windows_are_lm_evals_and_predict_every_token_once")],
-         ["test_perplexity_through_rolling_windows_scores_each_token_from_its_window"], "perplexity"),
-    23: ("a continuation's log-likelihood",
-         [("evaluate.py", "continuation_ids", "test_a_contexts_trailing_whitespace_moves_to_the_continuation")],
-         ["test_loglikelihood_is_the_continuations_log_probability_given_the_context"], "lambada"),
-    24: ("the masked loss",
+    17: ("the masked loss",
          [("backward.py", "cross_entropy", "test_the_fast_masked_loss_is_the_plain_one_and_the_reference"),
           ("backward.py", "cross_entropy_backward",
            "test_the_masked_positions_get_exactly_zero_gradient_through_the_head")],
          ["test_the_loss_is_the_mean_over_the_response_tokens_alone"], "instruction"),
-    25: ("LoRA's forward",
-         [("gpt2_numpy.py", "lora_update", "test_a_lora_linear_adds_the_scaled_low_rank_update")],
-         ["test_the_adapters_start_as_peft_starts_them", "test_the_merged_model_is_the_base_plus_the_adapter"], "lora"),
-    26: ("LoRA's backward",
-         [("backward.py", "lora_linear_backward", "test_lora_linear_backward_by_finite_differences")],
-         ["test_every_adapter_gradient_matches_torch"], "lora"),
-    27: ("the logit difference",
-         [("circuits.py", "logit_difference",
-           "test_the_logit_difference_is_the_answers_logit_less_the_wrong_ones_averaged_over_the_pairs")],
-         ["test_the_metric_of_each_run_is_transformer_lenss"], "circuits"),
-    28: ("one activation patch, as a hook",
-         [("circuits.py", "patch_hook", "test_a_patch_hook_replaces_one_cell_with_the_clean_runs_and_leaves_the_rest")],
-         ["test_one_cell_is_the_corrupted_run_with_that_activation_replaced_by_hand",
-          "test_every_patching_sweep_is_transformer_lenss"], "patch"),
-    29: ("one component's direct logit attribution",
-         [("circuits.py", "dla_component",
-           "test_one_components_share_is_its_centred_value_over_lnfs_scale_along_the_direction")],
-         ["test_the_components_add_up_to_the_logit_difference_but_ln_fs_bias_term",
-          "test_direct_logit_attribution_is_transformer_lenss"], "dla"),
-    30: ("an activation's gradient",
-         [("backward.py", "activation_grads", "test_every_activations_gradient_by_finite_differences")],
-         ["test_every_activations_gradient_is_torchs"], "attribution"),
-    31: ("the repetition penalty",
+    18: ("GELU's backward and the MLP's",
+         [("backward.py", "gelu_backward", "test_gelu_backward_by_finite_differences"),
+          ("backward.py", "ffn_backward", "test_ffn_and_transformer_block_backward_by_finite_differences")],
+         ["test_gelu_backward_fast_is_gelu_backward"], "train"),
+    19: ("LayerNorm's backward",
+         [("backward.py", "layer_norm_backward", "test_layer_norm_backward_by_finite_differences")], [], "train"),
+    20: ("attention's backward",
+         [("backward.py", "softmax_backward", "test_softmax_backward_by_finite_differences"),
+          ("backward.py", "attention_backward", "test_attention_backward_with_its_mask_by_finite_differences")],
+         ["test_attention_backward_with_dropped_weights_by_finite_differences",
+          "test_the_model_with_dropout_by_finite_differences"], "train"),
+    21: ("the tied wte",
+         [("backward.py", "forward_backward",
+           "test_the_tied_wte_gets_its_gradient_from_both_the_gather_and_the_logits")],
+         ["test_every_gradient_matches_torch"], "train"),
+    22: ("AdamW", [("optimizer.py", "adamw_update", "test_adamw_update_is_the_equations")],
+         ["test_ten_adamw_steps_give_torchs_losses"], "train"),
+    23: ("the learning-rate schedule",
+         [("optimizer.py", "learning_rate", "test_warmup_then_cosine_decay")], [], "train"),
+    24: ("clipping by the global norm",
+         [("optimizer.py", "grad_norm", "test_clipping_by_the_global_norm"),
+          ("optimizer.py", "clip_scale", "test_clipping_by_the_global_norm"),
+          ("optimizer.py", "clip_grad_norm", "test_clipping_by_the_global_norm")], [], "train"),
+    25: ("one training step",
+         [("train.py", "train_step", "test_one_training_step_is_forward_backward_clip_then_adamw")],
+         ["test_a_step_accumulating_two_micro_batches_in_reused_buffers"], "train"),
+    26: ("rolling windows",
+         [("evaluate.py", "rolling_windows", "test_rolling_windows_are_lm_evals_and_predict_every_token_once")],
+         ["test_perplexity_through_rolling_windows_scores_each_token_from_its_window"], "perplexity"),
+    27: ("a continuation's log-likelihood",
+         [("evaluate.py", "continuation_ids", "test_a_contexts_trailing_whitespace_moves_to_the_continuation")],
+         ["test_loglikelihood_is_the_continuations_log_probability_given_the_context"], "lambada"),
+    28: ("the repetition penalty",
          [("gpt2_numpy.py", "penalize_repeats",
            "test_the_repetition_penalty_divides_positive_and_multiplies_negative_logits_of_seen_tokens")],
          ["test_greedy_with_the_processors_and_stop_strings_gives_generates_ids"], "repetition"),
-    32: ("the no-repeat mask",
+    29: ("the no-repeat mask",
          [("gpt2_numpy.py", "ban_repeated_ngrams",
            "test_the_no_repeat_mask_bans_each_token_that_would_complete_an_earlier_ngram")],
          ["test_greedy_with_the_processors_and_stop_strings_gives_generates_ids"], "ngrams"),
-    33: ("one step of beam search",
+    30: ("one step of beam search",
          [("decoding.py", "beam_step", "test_beam_step_takes_the_best_continuations_of_all_the_beams")],
          ["test_beam_search_gives_generates_sequences_and_scores"], "beams"),
-    34: ("pooling at the last token that is not a pad",
+    31: ("pooling at the last token that is not a pad",
          [("classify.py", "pooled_positions",
            "test_the_pooled_position_is_the_last_that_is_not_a_pad_as_transformers_finds_it")],
          ["test_logits_and_loss_equal_gpt2_for_sequence_classification"], "classify"),
+    32: ("LoRA's forward",
+         [("gpt2_numpy.py", "lora_update", "test_a_lora_linear_adds_the_scaled_low_rank_update")],
+         ["test_the_adapters_start_as_peft_starts_them", "test_the_merged_model_is_the_base_plus_the_adapter"], "lora"),
+    33: ("LoRA's backward",
+         [("backward.py", "lora_linear_backward", "test_lora_linear_backward_by_finite_differences")],
+         ["test_every_adapter_gradient_matches_torch"], "lora"),
+    34: ("the DPO loss and its weight for each sequence",
+         [("dpo.py", "dpo_loss", "test_each_sequences_weight_is_minus_the_losss_derivative_by_its_logp")],
+         ["test_sigmoid_norm_is_raschkas_per_token_average", "test_the_loss_every_metric_and_every_gradient_are_trls"],
+         "dpo"),
     35: ("a Q8_0 block",
          [("plumbing/gguf.py", "quantize_block", "test_a_q8_0_block_is_its_definition"),
           ("plumbing/gguf.py", "dequantize_block", "test_a_q8_0_block_is_its_definition")],
          ["test_a_q8_0_tie_rounds_away_from_zero", "test_a_q8_0_block_multiplies_by_float32_1_over_d",
           "test_q8_0_blocks_are_gguf_pys_on_awkward_rows"], "q8_0"),
-    36: ("an SAE's encode and decode",
+    36: ("the logit lens",
+         [("look_inside.py", "logit_lens", "test_the_logit_lens_matches_hugging_faces_ln_f_and_head")],
+         ["test_the_last_layers_lens_is_the_models_prediction"], "lens"),
+    37: ("previous-token and induction heads",
+         [("look_inside.py", "previous_token_scores", "test_previous_token_scores_on_patterns_built_by_hand"),
+          ("look_inside.py", "induction_targets", "test_induction_scores_on_patterns_built_by_hand"),
+          ("look_inside.py", "induction_scores", "test_induction_scores_on_patterns_built_by_hand")],
+         ["test_induction_and_previous_token_scores_on_the_models_cache"], "heads"),
+    38: ("ablating a head",
+         [("look_inside.py", "zero_ablate_head",
+           "test_ablating_one_head_changes_only_its_share_of_the_attention_output"),
+          ("look_inside.py", "loss", "test_ablating_a_head_changes_the_loss_and_the_plain_loss_is_scores")], [],
+         "ablate"),
+    39: ("the logit difference",
+         [("circuits.py", "logit_difference",
+           "test_the_logit_difference_is_the_answers_logit_less_the_wrong_ones_averaged_over_the_pairs")],
+         ["test_the_metric_of_each_run_is_transformer_lenss"], "circuits"),
+    40: ("one activation patch, as a hook",
+         [("circuits.py", "patch_hook", "test_a_patch_hook_replaces_one_cell_with_the_clean_runs_and_leaves_the_rest")],
+         ["test_one_cell_is_the_corrupted_run_with_that_activation_replaced_by_hand",
+          "test_every_patching_sweep_is_transformer_lenss"], "patch"),
+    41: ("one component's direct logit attribution",
+         [("circuits.py", "dla_component",
+           "test_one_components_share_is_its_centred_value_over_lnfs_scale_along_the_direction")],
+         ["test_the_components_add_up_to_the_logit_difference_but_ln_fs_bias_term",
+          "test_direct_logit_attribution_is_transformer_lenss"], "dla"),
+    42: ("an activation's gradient",
+         [("backward.py", "activation_grads", "test_every_activations_gradient_by_finite_differences")],
+         ["test_every_activations_gradient_is_torchs"], "attribution"),
+    43: ("an SAE's encode and decode",
          [("sae.py", "encode_pre", "test_encode_without_b_dec_on_the_input"),
           ("sae.py", "encode", "test_encode_decode_and_both_losses_equal_saelens"),
           ("sae.py", "decode", "test_encode_decode_and_both_losses_equal_saelens")],
          ["test_run_with_saes_logits_with_and_without_the_error_term"], "sae"),
-    37: ("an SAE's loss",
+    44: ("an SAE's loss",
          [("sae.py", "mse_loss", "test_encode_decode_and_both_losses_equal_saelens"),
           ("sae.py", "l1_loss", "test_encode_decode_and_both_losses_equal_saelens")],
          ["test_a_few_training_steps_equal_saelens_trainer"], "sae"),
-    38: ("an SAE's backward",
+    45: ("an SAE's backward",
          [("sae.py", "sae_backward", "test_the_backward_matches_finite_differences")],
          ["test_every_gradient_equals_saelens", "test_a_few_training_steps_equal_saelens_trainer"], "sae"),
-    39: ("the DPO loss and its weight for each sequence",
-         [("dpo.py", "dpo_loss", "test_each_sequences_weight_is_minus_the_losss_derivative_by_its_logp")],
-         ["test_sigmoid_norm_is_raschkas_per_token_average", "test_the_loss_every_metric_and_every_gradient_are_trls"],
-         "dpo"),
-    42: ("the ActAdd hook",
+    46: ("TopK's encode: the k largest latents, without a sort",
+         [("sae.py", "topk_relu", "test_topk_keeps_k_and_needs_no_sort")],
+         ["test_encode_and_decode_equal_saelenss"], "topk"),
+    47: ("JumpReLU's threshold gradient",
+         [("sae.py", "jumprelu_backward", "test_jumprelu_backward_is_the_straight_through_estimator")],
+         ["test_every_loss_term_and_every_gradient_equal_saelens",
+          "test_four_steps_equal_saelens_trainer_and_its_saved_folder"], "sae_jumprelu"),
+    48: ("the ActAdd hook",
          [("steer.py", "act_add", "test_act_add_hook_adds_to_the_front_and_leaves_a_one_position_pass")],
          ["test_act_add_is_the_papers_vector_logits_and_greedy_ids"], "steer"),
 }
@@ -206,31 +238,36 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "classify": "python evaluate.py classify FILE --model CLS",
          "q8_0": "python convert.py MODEL OUT.gguf --to gguf --gguf-type q8_0, then --model OUT.gguf",
          "sae": "sae.train_step and sae.encode on gathered activations (as python sae.py train runs them)",
+         "topk": "sae.encode with a TopK SAE (as python sae.py encode --sae DIR runs one)",
+         "sae_jumprelu": "sae.training_step of a JumpReLU SAE (as python sae.py train --architecture jumprelu runs it)",
          "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C'}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
 # tests/test_handout.py runs each program on real text (a prompt of whole tokens never merges, so it would
-# hide exercise 9), records the functions it calls, and holds this table to them.
-NEEDS = {"generate": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12), "params": (7, 8, 10, 11),
-         "lens": (1, 2, 3, 9, 10, 11, 12, 13), "heads": (1, 2, 3, 9, 10, 11, 12, 14),
-         "ablate": (1, 2, 3, 9, 10, 11, 12, 15), "train": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
-         "from_scratch": (1, 2, 3, 4, 5, 6, 7, 9, 11, 12, 16, 17, 18, 19, 20, 21, 24),
-         "perplexity": (1, 2, 3, 5, 9, 10, 11, 12, 22), "lambada": (1, 2, 3, 5, 9, 10, 11, 12, 23),
-         "instruction": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24),
-         "lora": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 18, 19, 24, 25, 26),
-         "dpo": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 16, 17, 19, 39),
-         "repetition": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 31), "ngrams": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 32),
-         "beams": (1, 2, 3, 4, 5, 9, 10, 11, 12, 33),
-         "circuits": (1, 2, 3, 9, 10, 11, 12, 27), "patch": (1, 2, 3, 9, 10, 11, 12, 27, 28),
-         "dla": (1, 2, 3, 9, 10, 11, 12, 27, 29), "attribution": (1, 2, 3, 9, 10, 11, 12, 16, 17, 27, 30),
-         "classify": (1, 2, 3, 5, 9, 10, 11, 12, 34),
-         "q8_0": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 35),
-         "sae": (1, 2, 3, 9, 10, 11, 12, 19, 36, 37, 38), "steer": (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 42)}
+# hide exercise 1), records the functions it calls, and holds this table to them.
+NEEDS = {"generate": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15), "params": (9, 10, 14, 15),
+         "lens": (1, 4, 5, 6, 7, 8, 14, 15, 36), "heads": (1, 4, 5, 6, 7, 8, 14, 15, 37),
+         "ablate": (1, 4, 5, 6, 7, 8, 14, 15, 38),
+         "train": (1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 23, 24, 25),
+         "from_scratch": (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25),
+         "perplexity": (1, 4, 5, 6, 7, 8, 13, 14, 15, 26), "lambada": (1, 4, 5, 6, 7, 8, 13, 14, 15, 27),
+         "instruction": (1, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 23, 24, 25),
+         "lora": (1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 23, 24, 25, 32, 33),
+         "dpo": (1, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 18, 19, 20, 21, 22, 23, 24, 25, 34),
+         "repetition": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 28), "ngrams": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 29),
+         "beams": (1, 4, 5, 6, 7, 8, 12, 13, 14, 15, 30), "circuits": (1, 4, 5, 6, 7, 8, 14, 15, 39),
+         "patch": (1, 4, 5, 6, 7, 8, 14, 15, 39, 40), "dla": (1, 4, 5, 6, 7, 8, 14, 15, 39, 41),
+         "attribution": (1, 4, 5, 6, 7, 8, 14, 15, 18, 19, 20, 39, 42),
+         "classify": (1, 4, 5, 6, 7, 8, 13, 14, 15, 31), "q8_0": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 35),
+         "sae": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 43, 44, 45), "topk": (43, 46),
+         "sae_jumprelu": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 47),
+         "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
-# holds them equal), and the body it gets in a handout where one of those is an exercise. The
-# program then runs what the student wrote: slower, but exactly that.
+# holds them equal), and the body it gets in a handout where one of those is an exercise (unless
+# the twin is itself one of the handout's exercises). The program then runs what the student
+# wrote: slower, but exactly that.
 TWINS = {
     ("plumbing/gguf.py", "quantize_q8_0_fast"): (("quantize_block",), "return quantize_q8_0(x)"),
     ("plumbing/gguf.py", "dequantize_q8_0_fast"): (("dequantize_block",), "return dequantize_q8_0(raw, n)"),
@@ -240,7 +277,7 @@ TWINS = {
                                       "return train_merges(text, n_merges, on_merge)"),
     ("plumbing/crc32c.py", "crc32c_fast"): (("crc32c",),
                               "return crc32c(data.tobytes() if isinstance(data, np.ndarray) else data)"),
-    ("backward.py", "gelu_backward_fast"): (("gelu_backward",), "return gelu_backward(x, dy)"),
+    ("backward.py", "gelu_backward_fast"): (("gelu_backward", "gelu"), "return gelu_backward(x, dy)"),
     ("backward.py", "cross_entropy_fast"): (
         ("cross_entropy", "cross_entropy_backward"),
         "loss = cross_entropy(logits, targets)[0]\nlogits[...] = cross_entropy_backward(logits, targets)\nreturn loss"),
@@ -250,6 +287,14 @@ TWINS = {
         "adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)"),
     ("evaluate.py", "rolling_windows_fast"): (("rolling_windows",),
                                               "yield from rolling_windows(ids, prefix_id, context, stride)"),
+    # Not twins, but forms that would give a blanked function's answer away (tests/test_handout_leaks.py):
+    # in a handout they too run the student's function. log_softmax shows softmax's max subtraction;
+    # gelu_backward spells out gelu's tanh form, so it becomes the derivative of the student's gelu, by
+    # central differences in float64 (within float32's rounding of the exact one).
+    ("gpt2_numpy.py", "log_softmax"): (("softmax",), "return np.log(softmax(x))"),
+    ("backward.py", "gelu_backward"): (
+        ("gelu",), "x64, h = x.astype(np.float64), 1e-4\n"
+                   "return (dy * ((gelu(x64 + h) - gelu(x64 - h)) / (2 * h))).astype(np.result_type(x, dy))"),
 }
 
 
@@ -356,13 +401,9 @@ def write_handout(out, numbers, root=HERE, bodies=None, record=None, more=None):
     if unknown:
         raise UserError(f"no exercise {unknown[0]}: choose from 1 to {max(EXERCISES)}")
     check_new_folder(out)
-    blanked = {function for n in numbers for _, function in functions(n)}
-    edits = [(file, function, (bodies or {}).get(function) or f"raise NotImplementedError("
-              f"{exercise_message(n, function)!r})") for n in numbers for file, function in functions(n)]
-    edits += [(file, twin, body) for (file, twin), (plain, body) in TWINS.items() if blanked & set(plain)]
     with whole_folder(out, "the handout") as tmp:
         copy_project(root, tmp, {os.path.abspath(out), os.path.abspath(tmp)})
-        for file, function, body in edits:
+        for file, function, body in handout_edits(numbers, bodies):
             path = os.path.join(tmp, file)
             with open(path, encoding="utf-8") as f:
                 source = f.read()
@@ -373,6 +414,18 @@ def write_handout(out, numbers, root=HERE, bodies=None, record=None, more=None):
         if more:
             more(tmp)
     return out
+
+
+def handout_edits(numbers, bodies=None):
+    """[(file, function, its new body)]: each function of the exercises `numbers` blanked (or given
+    bodies[function]), then each fast twin of one of them made a call to it (TWINS), unless the twin
+    is itself one of the exercises' functions (it stays the student's)."""
+    chosen = [(n, file, function) for n in numbers for file, function in functions(n)]
+    blanked = {function for _, _, function in chosen}
+    edits = [(file, function, (bodies or {}).get(function) or f"raise NotImplementedError("
+              f"{exercise_message(n, function)!r})") for n, file, function in chosen]
+    return edits + [(file, twin, body) for (file, twin), (plain, body) in TWINS.items()
+                    if blanked & set(plain) and twin not in blanked]
 
 
 def programs_waiting(numbers):

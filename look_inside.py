@@ -111,8 +111,9 @@ def name_filter(names, known):
 def run_with_cache(ids, params, hparams, names=None, memory=None, sae=None, hooks=None):
     """One forward pass that keeps activations: -> (logits [B, T, V], cache {name: array}).
     names: which to keep (a list of TransformerLens names, or a predicate; default all).
-    sae: an SAE spliced in at its hook point, as sae.splice makes it: (the hook's name, fn(x, unhooked) -> (what
-    goes on, {SAELens's names: arrays}), its backward); its latents are kept too
+    sae: an SAE spliced in at its hook point, as sae.splice makes it: (the hook's name, fn(x, unhooked, original)
+    -> (what goes on, {SAELens's names: arrays}), its backward, the hook it reads: a transcoder's is another);
+    its latents are kept too
     (blocks.0.hook_resid_pre.hook_sae_acts_post, ...).
     hooks: run_with_hooks', applied first (what is kept is what they return; sae_hooks says where a hook on the
     SAE's input goes).
@@ -148,7 +149,9 @@ def run_with_cache(ids, params, hparams, names=None, memory=None, sae=None, hook
 def sae_hooks(hooks, sae, shapes):
     """run_with_hooks' hooks, checked, with the SAE spliced in at its hook point, after any hook at that name (the
     model's: what the SAE reads, and what its error term is taken from), and after a hook named
-    {site}.hook_sae_input (SAELens's: it changes what the SAE encodes, not the error term).
+    {site}.hook_sae_input (SAELens's: it changes what the SAE encodes, not the error term). A transcoder (sae[3],
+    the hook it reads, is not sae[0], the one it writes) takes its input where it reads, as the model goes on
+    with it there, and writes where it writes: its error term is taken from the model's activation there.
     -> {name: hook}; the site's is fn(x, name, keep=False) -> what goes on (with keep, and {the site: the
     activation the model made there, and the SAE's latents})"""
     site = sae[0] if sae else None
@@ -156,16 +159,26 @@ def sae_hooks(hooks, sae, shapes):
     if not sae:
         return hooks
     run, nothing = sae[1], lambda x, name: None
+    reads = sae[3] if len(sae) > 3 else site
+    check_names([reads], shapes)
     before, on_input = hooks.get(site) or nothing, hooks.get(f"{site}.hook_sae_input") or nothing
+    captured = {}
+
+    def capture(x, name):  # a transcoder's input
+        changed = (hooks.get(reads) or nothing)(x, name)
+        captured["x"] = x if changed is None else np.asarray(changed, np.float32)
+        return changed
 
     def spliced(x, name, keep=False):
         changed = before(x, name)  # None: x as it is
         x = x if changed is None else np.asarray(changed, np.float32)
-        changed = on_input(x, f"{name}.hook_sae_input")
-        out, latents = run(x if changed is None else np.asarray(changed, np.float32), x)
+        sae_in = captured.pop("x") if reads != site else x
+        changed = on_input(sae_in, f"{name}.hook_sae_input")
+        out, latents = run(sae_in if changed is None else np.asarray(changed, np.float32), sae_in, x)
         return (out, {name: x, **latents}) if keep else out
 
-    return {**{n: h for n, h in hooks.items() if n != f"{site}.hook_sae_input"}, site: spliced}
+    spliced_hooks = {n: h for n, h in hooks.items() if n != f"{site}.hook_sae_input"}
+    return {**spliced_hooks, **({reads: capture} if reads != site else {}), site: spliced}
 
 
 def model_hook(hooks):

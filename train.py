@@ -474,35 +474,43 @@ class Diverged(UserError):
                          f"{loss if not np.isfinite(loss) else norm}: the run diverged")
 
 
-def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
-    """One step: the gradients of recipe["accum"] micro-batches of the data, clipping, AdamW. -> the step's
-    metrics, {"lr", "loss", ...} (the loss and the kind's metrics, for preference pairs TRL's
-    (dpo.METRICS): the micro-batches' mean). data: {"kind":
-    DATA_KINDS' name, "rows": ..., and what the kind keeps}; recipe: RECIPE's settings (recipe_with); the
-    batches and the dropout depend on its seed and the step only, so a resumed run is the same run.
-    buffers: a dict whose big arrays are made once and reused (backward.loss_and_grads); adapters: a LoRA
-    run's (inside params' layers, with_adapters), the only tensors trained (with a classifier's score);
-    None: every parameter is. A loss or gradient that is not finite raises Diverged, the weights unchanged."""
-    accum, lr, kind = recipe["accum"], recipe["lr"], DATA_KINDS[data["kind"]]
+def gradients(params, hparams, data, step, recipe, buffers=None, frozen=False):
+    """The forward and backward passes of a step: the gradients of recipe["accum"] micro-batches of the data,
+    their mean. -> (the step's metrics, {"loss", ...}: the loss and the kind's metrics, for preference pairs
+    TRL's (dpo.METRICS), the micro-batches' mean; the gradients). data: {"kind": DATA_KINDS' name, "rows": ...,
+    and what the kind keeps}; the batches and the dropout depend on the recipe's seed and the step only, so a
+    resumed run is the same run. buffers: a dict whose big arrays are made once and reused
+    (backward.loss_and_grads); frozen: a LoRA run's (the adapters' gradients alone, and a classifier's score's)."""
+    accum, kind = recipe["accum"], DATA_KINDS[data["kind"]]
     rng = np.random.default_rng([recipe["seed"], step])
     total, metrics = None, {}
     for j in range(accum):
         micro_batch = kind["batch"](data, recipe, step * accum + j, rng)
-        loss, grads, more = kind["loss"](micro_batch, params, hparams, data, recipe, rng, buffers, adapters is not None)
+        loss, grads, more = kind["loss"](micro_batch, params, hparams, data, recipe, rng, buffers, frozen)
         total = grads if accum == 1 else accumulate(total, grads)
         for name, value in {"loss": loss, **more}.items():
             metrics[name] = metrics.get(name, 0.0) + value / accum
     if accum > 1:
         for a in shapes.flatten(total).values():
             a /= accum
-    norm = grad_norm(total)
+    return metrics, total
+
+
+def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
+    """One step of training: the forward and backward passes (gradients), the step's learning rate (warm-up,
+    then cosine), the gradients clipped to recipe["grad_clip"] by their global norm, and AdamW (beta2,
+    weight_decay: the recipe's). -> the step's metrics, {"lr", "loss", ...}. step: counted from 0.
+    adapters: a LoRA run's (inside params' layers, with_adapters), the only tensors trained (with a
+    classifier's score); None: every parameter is. The rest is gradients'."""
+    metrics, grads = gradients(params, hparams, data, step, recipe, buffers, adapters is not None)
+    norm = grad_norm(grads)
     if not (np.isfinite(metrics["loss"]) and np.isfinite(norm)):  # before AdamW: the weights stay the last good ones
         raise Diverged(step + 1, metrics["loss"], norm)
-    scale = clip_scale(norm, recipe["grad_clip"])
-    rate = learning_rate(step, lr, recipe["warmup"], recipe["steps"], lr * recipe["min_lr_ratio"])
-    adamw_step_fast(params if adapters is None else adapters, total, state, rate, beta2=recipe["beta2"],
+    lr = learning_rate(step, recipe["lr"], recipe["warmup"], recipe["steps"], recipe["lr"] * recipe["min_lr_ratio"])
+    scale = clip_scale(norm, recipe["grad_clip"])  # clipping, folded into the fast AdamW's pass
+    adamw_step_fast(params if adapters is None else adapters, grads, state, lr, beta2=recipe["beta2"],
                     weight_decay=recipe["weight_decay"], grad_scale=scale)
-    return {"lr": rate, **metrics}
+    return {"lr": lr, **metrics}
 
 
 # ============================================================================

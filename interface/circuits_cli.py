@@ -24,8 +24,9 @@ import numpy as np
 
 import circuits
 from interface import loading
-from interface.options import at_least, array_module, check_page_folder, device_flag, model_flags, on_device, \
+from interface.options import array_module, at_least, check_page_folder, device_flag, folded, model_flags, on_device, \
     sae_flags, sae_splice, threads_flag, user_message
+from plumbing import device
 from plumbing.errors import UserError, exit_status, fail
 
 RANDOM = "random:"  # --text random:N: N random ids said twice
@@ -146,8 +147,7 @@ def run(args):
     load = loading.load_body if args.command in ACTIVATIONS_ONLY else loading.load_model  # loading.py says why
     xp = array_module(args)  # numpy, or cupy once a GPU has answered: before the model is fetched
     encoder, hparams, params = load(args.model, args.models_dir, args.base_url, quiet=args.quiet)
-    params = on_device(xp, params, args.model)
-    hooks, sae = sae_splice(args, hparams)  # ({}, None) unless --sae or --center-writing-weights
+    params, (hooks, sae) = on_device(xp, folded(args, params), args.model), sae_splice(args, hparams)  # ({}, None)
     args.splice = (hooks, sae) if hooks or sae else None
     outcome = EXPERIMENTS[args.command](args, encoder, params, hparams)
     if args.splice:
@@ -166,8 +166,11 @@ def run(args):
 
 def spliced_line(args, sae):
     """The table's first line when the model is not as it came: what is spliced in."""
-    what = [f"the SAE {args.sae} at {sae[0]}" + (" with its error term" if args.use_error_term else "")] if sae else []
+    reads = f" (reading {sae[3]})" if sae and sae[3] != sae[0] else ""  # a transcoder
+    what = [f"the SAE {args.sae} at {sae[0]}{reads}" + (" with its error term" if args.use_error_term else "")] \
+        if sae else []
     what += ["the writing weights centred"] if args.center_writing_weights else []
+    what += ["the layer norms folded"] if args.fold_ln else []
     return "with " + " and ".join(what)
 
 
@@ -339,8 +342,8 @@ def run_dla(args, encoder, params, hparams):
 def latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clean_metric):
     """dla --by latent: every latent's share in the JSON ("values", [d_sae]; "top", the ids of the largest), the
     largest in the table."""
-    W_dec = on_device(array_module(args), loading.load_sae(args.sae, args.models_dir, args.quiet)["W_dec"], args.sae)
-    values = circuits.dla_latents(params, hparams, clean, answer, wrong, W_dec, args.splice)
+    chosen = device.to_device(loading.load_sae(args.sae, args.models_dir, args.quiet), array_module(args))
+    values = circuits.dla_latents(params, hparams, clean, answer, wrong, chosen, args.splice)
     top = np.argsort(-np.abs(values), kind="stable")[:TOP_LATENTS].tolist()
     return result(tokens, values.tolist(), f"the {len(top)} latents of the largest share (f_i W_dec[i] at the last "
                                            "position, read along the logit difference)",

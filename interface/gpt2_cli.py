@@ -28,8 +28,8 @@ import look_inside
 import parameters
 from interface import loading
 from interface.bpe_cli import shown_token
-from interface.options import (array_module, at_least, check_page_folder, device_flag, model_flags, number, on_device,
-                               sae_flags, sae_splice, threads_flag, user_message)
+from interface.options import (array_module, at_least, check_page_folder, device_flag, folded, model_flags, number,
+                               on_device, sae_flags, sae_splice, threads_flag, user_message)
 from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
@@ -76,9 +76,10 @@ def parse_args(argv):
             fail("the prompt is not valid UTF-8 text")
     if (args.score or args.trace or args.lens or args.html) and not args.prompt:
         fail("--score, --trace, --lens and --html need a text")
-    if (args.sae or args.center_writing_weights) and not (args.score or args.trace or args.lens or args.html or
-                                                          (args.top and not args.json)):
-        fail("--sae and --center-writing-weights go with a reading: --score, --trace, --top, --lens or --html")
+    if (args.sae or args.center_writing_weights or args.fold_ln) and not (args.score or args.trace or args.lens or
+                                                                          args.html or (args.top and not args.json)):
+        fail("--sae, --center-writing-weights and --fold-ln go with a reading: --score, --trace, --top, --lens or "
+             "--html")
     if args.draft is not None:
         check_draft_flags(args, given_flags(p, argv))
     if args.html:
@@ -171,8 +172,7 @@ def run(args):
     xp = array_module(args)  # numpy, or cupy once a GPU has answered: before anything is fetched
     encoder, hparams, params, head = loading.load_model_or_classifier(args.model, args.models_dir, args.base_url,
                                                                       quiet=args.quiet)
-    params = on_device(xp, params, args.model)
-    splice = sae_splice(args, hparams)  # ({}, None) unless --sae or --center-writing-weights
+    params, splice = on_device(xp, folded(args, params), args.model), sae_splice(args, hparams)  # ({}, None): no SAE
     if head and not args.trace:  # the activations are a classifier's too; its output is a label
         run_label(args, encoder, hparams, params, head)
     elif args.trace:

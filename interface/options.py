@@ -7,7 +7,7 @@ flags' own words, and a whole number from a flag.
     at_least(1)            an argparse type: a whole number no smaller than 1 ("--num-beams must be at least 1, got 0")
     number                 an argparse type: a number ("--top-p must be a number, got 'x'")
     check_page_folder(f)   --html FILE's folder is there, before any work
-    sae_flags(parser)      --sae, --use-error-term, --center-writing-weights: an SAE spliced in (sae.py)
+    sae_flags(parser)      --sae, --use-error-term, --center-writing-weights, --fold-ln: an SAE spliced in (sae.py)
     device_flag(parser)    --device cpu|gpu (else $GPT2_DEVICE): where the arrays live (plumbing/device.py)
     array_module(args)     the flag's array module, numpy or cupy, once a GPU has answered: before any work
     on_device(xp, params)  a model's params on that device, once they are known to fit there
@@ -23,6 +23,9 @@ from plumbing.folders import MODELS_DIR_ENV
 SIZES = ", ".join(shapes.SIZES)  # 124M, 355M, 774M, 1558M
 CENTRED_HELP = ("run the model as TransformerLens's center_writing_weights leaves it: the published GPT-2 small "
                 "SAEs were trained on it (docs/sae.md)")
+FOLD_LN_HELP = ("run the model as TransformerLens's fold_ln leaves its blocks: ln1/ln2.hook_normalized are then "
+                "(x - mean) / std, before the gain and bias, as TransformerLens names them (a transcoder trained on "
+                "blocks.L.ln2.hook_normalized reads that; docs/sae.md)")
 MODEL_HELP = (f"{SIZES}, a model folder (OpenAI's or Hugging Face's), hf:owner/name[@revision] from the Hub, "
               "or a GGUF file (FILE.gguf, llama.cpp's)")
 
@@ -105,6 +108,16 @@ def sae_flags(parser):
     parser.add_argument("--use-error-term", action="store_true",
                         help="with --sae: the reconstruction plus the error term (the output unchanged)")
     parser.add_argument("--center-writing-weights", action="store_true", help=CENTRED_HELP)
+    parser.add_argument("--fold-ln", action="store_true", help=FOLD_LN_HELP)
+
+
+def folded(args, params):
+    """The model's weights as --fold-ln asks: each block's layer norms folded into the weights after them."""
+    if not getattr(args, "fold_ln", False):
+        return params
+    import sae
+
+    return sae.fold_layer_norms(params)
 
 
 def sae_splice(args, hparams):

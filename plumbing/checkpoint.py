@@ -372,9 +372,6 @@ def entry_proto(shape, offset, size, crc):
     return fields((1, DT_FLOAT), (2, dims), (4, offset), (5, size)) + varint(6 << 3 | 5) + struct.pack("<I", crc)
 
 
-HEADER_PROTO = fields((1, 1), (3, fields((1, 1))))  # num_shards 1, little-endian (0), version {producer 1}
-
-
 class BlockBuilder:
     """Entries with shared key prefixes, a restart point every `interval` keys, then the restart array."""
 
@@ -449,7 +446,8 @@ def write_data(f, tensors):
     """Write {checkpoint name: float32 array} to the open file f, a tensor at a time in name order, and
     return the index's bytes. Only one tensor is ever copied (into little-endian float32, if it is not
     already), so writing a 1558M model needs no second copy of it in memory."""
-    entries, offset = [(b"", HEADER_PROTO)], 0
+    header = fields((1, 1), (3, fields((1, 1))))  # num_shards 1, little-endian (0), version {producer 1}
+    entries, offset = [(b"", header)], 0
     for name in sorted(tensors):
         raw = np.ascontiguousarray(tensors[name], dtype="<f4")
         entries.append((name.encode(), entry_proto(raw.shape, offset, raw.nbytes, masked_crc32c(raw))))

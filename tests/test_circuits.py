@@ -163,7 +163,7 @@ def test_the_fast_sweep_is_the_plain_one_also_in_chunks(models, monkeypatch):
 
 
 def test_a_patch_written_into_the_activation_is_refused_where_the_cells_share_it(models, monkeypatch):
-    """Exercise 28's experiment: a patch_hook that writes into the activation it is handed gives the same
+    """Exercise 40's experiment: a patch_hook that writes into the activation it is handed gives the same
     table at attn_out; at resid_pre, with one pair, the fast sweep hands every cell of a layer one read-only
     array (the corrupted run's residual stream, computed once), and the write stops there."""
     params, hp, clean, corrupted, answer, wrong = experiment(models, "trained")

@@ -55,13 +55,13 @@ def test_beam_search_gives_generates_sequences_and_scores(case):
     np.testing.assert_allclose([score for _, score in best], case["scores"], rtol=1e-5, atol=1e-6)
 
 
-def test_beam_searchs_golden_runs_the_processors_as_exercise_33_says(monkeypatch):
-    """docs/exercises.md says exercise 33's second test needs 31 and 32 done too: its cases call both processors."""
+def test_beam_searchs_golden_runs_the_processors_as_exercise_30_says(monkeypatch):
+    """docs/exercises.md says exercise 30's second test needs 28 and 29 done too: its cases call both processors."""
     import os
     from conftest import ROOT
     with open(os.path.join(ROOT, "docs", "exercises.md"), encoding="utf-8") as f:
-        item = f.read().split("\n33. ", 1)[1].split("\n\n", 1)[0]
-    assert "it needs exercises 31 and 32 done too" in " ".join(item.split())
+        item = f.read().split("\n30. ", 1)[1].split("\n31. ", 1)[0]
+    assert "it needs exercises 28 and 29 done too" in " ".join(item.split())
     called = set()
     for name in ("penalize_repeats", "ban_repeated_ngrams"):
         monkeypatch.setattr(g, name, lambda *args, name=name, real=getattr(g, name): called.add(name) or real(*args))

@@ -64,7 +64,7 @@ def test_rolling_windows_are_lm_evals_and_predict_every_token_once():
                 windows = evaluate.rolling_windows(ids, EOT, context, stride)
                 assert windows == lm_eval_windows(ids, EOT, context, context - stride + 1)
                 assert [(list(c), list(t)) for c, t in evaluate.rolling_windows_fast(
-                    np.array(ids, np.int64), EOT, context, stride)] == windows  # the lazy twin (a handout's: a list)
+                    np.array(ids, np.int64), EOT, context, stride)] == windows  # the lazy twin (in a handout: lists)
                 assert [t for _, targets in windows for t in targets] == ids  # every token once, in order
                 if not ids:
                     continue

@@ -217,6 +217,21 @@ def test_blocked_attention_equals_attention(past):
                                "up to its own last position (past + its end), with the mask on its own rows")
 
 
+def test_the_embeddings_are_each_tokens_row_plus_its_positions_row():
+    """embed: x[b, t] = wte[ids[b, t]] + wpe[start + t], the positions counted after the tokens already cached;
+    each part passes through the hook, wte's first."""
+    wte, wpe, ids = rand(10, 4, seed=1), rand(6, 4, seed=2), np.array([[3, 3, 9], [0, 5, 2]])
+    for start in (0, 2):
+        x = g.embed(ids, wte, wpe, start)
+        assert x.shape == (2, 3, 4) and x.dtype == np.float32
+        for b, t in np.ndindex(ids.shape):
+            np.testing.assert_array_equal(x[b, t], wte[ids[b, t]] + wpe[start + t], err_msg=(
+                f"row {b}, position {t} with {start} tokens cached: wte[that token] + wpe[{start} + {t}]"))
+    seen = []
+    g.embed(ids, wte, wpe, 0, lambda name, a: seen.append(name) or a)
+    assert seen == ["wte", "wpe"], "each part passes through hook: hook('wte', ...) then hook('wpe', ...)"
+
+
 def test_split_and_merge_heads():
     x = rand(2, 5, 12, seed=21)
     heads = g.split_heads(x, 3)

@@ -117,8 +117,17 @@ def test_a_blanked_exercise_fails_its_tests_naming_the_exercise(blanked_runs, nu
         assert body == f"raise NotImplementedError({message!r})", body
 
 
-def test_restored_every_exercise_passes(tmp_path):
-    folder = handout.write_handout(str(tmp_path / "class"), [])
+def test_every_exercise_written_right_in_its_handout_passes(tmp_path):
+    """Every exercise as a student meets it: blanked in a handout (its fast twins rewritten to call it), then
+    written with the project's own body: its tests pass. (Issue 45: rolling_windows_fast handed the test the
+    student's lists, and the test called .tolist() on them.) Every exercise at once, each twin rewritten."""
+    right = {function: body_of(file, function) for n in handout.EXERCISES for file, function in handout.functions(n)}
+    folder = handout.write_handout(str(tmp_path / "class"), list(handout.EXERCISES), bodies=right)
+    for (file, twin), (plains, body) in handout.TWINS.items():
+        if not set(plains) & set(right) or twin in right:  # a twin that is itself an exercise is the student's
+            continue
+        with open(os.path.join(folder, file), encoding="utf-8") as f:
+            assert body_of_source(f.read(), twin) == body  # the program runs the student's function
     tests = [t for n in handout.EXERCISES for t in handout.tests(n)]
     r = run_tests(folder, tests)
     assert r.returncode == 0, r.stdout[-2000:]
@@ -188,7 +197,7 @@ def test_a_handout_inside_the_project_does_not_copy_itself(tmp_path):
     assert r.returncode == 0, r.stderr
     assert not (project / "class" / "class").exists()
     with open(project / "class" / "gpt2_numpy.py", encoding="utf-8") as f:
-        assert "exercise 4 (the KV cache): write kv_append" in f.read()
+        assert "exercise 4 (the embeddings): write embed" in f.read()
 
 
 def small_project(folder):
@@ -279,7 +288,7 @@ def test_the_readmes_handout_inside_the_project_leaves_its_tests_alone(tmp_path)
 # --- the program runs what the student writes ------------------------------------------------
 
 # Real text, not words picked for a test: a word that is itself a token skips merge (encode_piece's
-# shortcut), so a prompt of whole tokens would hide exercise 9 from the table. Each text below has
+# shortcut), so a prompt of whole tokens would hide exercise 1 from the table. Each text below has
 # a word that BPE must merge (test_every_programs_text_has_a_word_bpe_must_merge).
 PROMPT = "Alan Turing theorized that computers would one day become"
 with open(os.path.join(ROOT, "data", "tinyshakespeare.txt"), encoding="utf-8") as f:
@@ -312,6 +321,28 @@ state = sae.new_adam_state(s)
 for step in range(3):
     losses = sae.train_step(x, s, state, 1e-2, sae.l1_coefficient(step, 1.0, 2))
 print({k: round(v, 5) for k, v in losses.items()}, round(float(sae.encode(x, s).sum()), 4))
+"""
+TOPK = """import os
+import numpy as np
+import sae
+from plumbing import sae_files
+s = sae_files.load_sae(os.path.join("tests", "data", "sae_arch", "topk"))
+x = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32) * 3
+f = sae.encode(x, s)
+print((f > 0).sum(-1).tolist(), round(float(f.sum()), 4))
+"""
+SAE_JUMPRELU = """import sae
+from interface import loading
+encoder, hp, params = loading.load_model("model")
+with open("notes.txt", encoding="utf-8") as f:
+    rows = sae.windows(encoder.encode(f.read()), 16, encoder.eot)[:8]
+x = sae.gather(rows, params, hp, "blocks.0.hook_resid_post").reshape(-1, hp["n_embd"])
+settings = {**sae.TRAINING_DEFAULTS["jumprelu"], "architecture": "jumprelu", "jumprelu_bandwidth": 1.0}
+s = sae.new_training_sae(x.shape[1], 32, settings, metadata={"hook_name": "blocks.0.hook_resid_post"})
+state = sae.new_training_state(s)
+for step in range(3):
+    losses = sae.training_step(x, s, state, 1e-2, settings, 0.1)
+print({k: round(v, 5) for k, v in losses.items()}, [round(float(t), 5) for t in s["threshold"][:6]])
 """
 IOI = ["--clean", "When Mary and John went to the apothecary, John gave a drink to",
        "--corrupted", "When Mary and John went to the apothecary, Mary gave a drink to", "--answer", " Mary",
@@ -362,6 +393,8 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "sae": ["-c", SAE],
     "steer": ["steer.py", "add", PROMPT, "--add", "Love and peace", "--sub", "Hate", "--layer", "1", "--coeff", "500",
               "--model", "model", "--greedy", "--n-tokens", "8", "--quiet"],
+    "topk": ["-c", TOPK],
+    "sae_jumprelu": ["-c", SAE_JUMPRELU],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -406,11 +439,25 @@ WRONG = {
     "encode_pre": "return x @ sae['W_enc'] + sae['b_enc']",  # b_dec not taken away first
     "act_add": "x = x.copy()\nn = min(len(vector), x.shape[1])\nx[:, -n:] += vector[-n:]\nreturn x",
     # at the back, not the front: every cached step is steered too
+    "topk_relu": "top = np.argpartition(np.abs(h), -k, axis=-1)[..., -k:]\nf = np.zeros_like(h)\n"
+                 "np.put_along_axis(f, top, np.maximum(np.take_along_axis(h, top, -1), 0.0), -1)\nreturn f",
+    # the k largest in size, not in value: a strongly negative latent takes a place, and fires as 0
     "mse_loss": "return float(((x_hat - x) ** 2).mean())",  # the mean over the width too: d_in times too small
     "activation_grads": "ids = checked_ids(ids, params)\n"
                         "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"
                         "model_backward(ids, kept, top, params, hparams, dlogits @ params['wte'], p_drop=0.1, "
                         "frozen=True, hook=hook)",  # training's call copied: dropout on
+    "batch": "starts = rng.integers(0, len(ids) - context, batch_size)\n"
+             "x = np.stack([ids[s:s + context] for s in starts])\nreturn x, x.copy()",  # targets not shifted
+    "embed": "return hook('wte', wte[ids])",  # the positions forgotten
+    "learning_rate": "return max_lr",  # no warm-up, no decay
+    "train_step": "metrics, grads = gradients(params, hparams, data, step, recipe, buffers, adapters is not None)\n"
+                  "scale = clip_scale(grad_norm(grads), recipe['grad_clip'])\n"
+                  "adamw_step_fast(params if adapters is None else adapters, grads, state, recipe['lr'], "
+                  "beta2=recipe['beta2'], weight_decay=recipe['weight_decay'], grad_scale=scale)\n"
+                  "return {'lr': recipe['lr'], **metrics}",  # the schedule forgotten
+    "gelu_backward": "t = np.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x ** 3))\n"
+                     "return dy * 0.5 * (1.0 + t)",  # the product rule's second term forgotten
 }
 
 
@@ -518,7 +565,7 @@ def test_the_handout_says_which_exercises_each_program_runs(whole_runs):
 
 def test_every_programs_text_has_a_word_bpe_must_merge():
     """The table is computed from real text: each text a program reads has a word that is not itself a
-    token, so its encoding runs merge (a prompt of whole words would hide exercise 9)."""
+    token, so its encoding runs merge (a prompt of whole words would hide exercise 1)."""
     import bpe
     encoder = bpe.get_encoder(os.path.join(ROOT, "data", "gpt2-vocab"))
     texts = [PROMPT, SHAKESPEARE, HEADS_TEXT, ABLATE_TEXT, IOI[1], IOI[3], " ".join(LAMBADA)]  # each a program reads
@@ -528,15 +575,15 @@ def test_every_programs_text_has_a_word_bpe_must_merge():
 
 
 def test_with_only_the_bpe_merges_left_evaluate_circuits_and_look_inside_stop_at_them(tmp_path):
-    """Issue 37: with exercise 9 alone to do, evaluate.py perplexity and lambada, circuits.py and a look_inside
+    """Issue 37: with exercise 1 alone to do, evaluate.py perplexity and lambada, circuits.py and a look_inside
     script stop at it on ordinary text, as python handout.py says (the table itself is the tracer's, above)."""
-    folder = project_copy(str(tmp_path / "blank"), [9])
-    readers = ["perplexity", "lambada", "circuits", "heads"]  # those the table left 9 out of, one of each kind
-    assert all(9 in handout.NEEDS[w] for w in readers)
+    folder = project_copy(str(tmp_path / "blank"), [1])
+    readers = ["perplexity", "lambada", "circuits", "heads"]  # those the table left 1 out of, one of each kind
+    assert all(1 in handout.NEEDS[w] for w in readers)
     for where in readers:
         code, _, stderr = run_program(folder, where)
-        assert code != 0 and "exercise 9 (BPE merges): write merge" in stderr, (where, stderr[-1000:])
-    assert handout.NEEDS["params"] == (7, 8, 10, 11)  # the one program that reads no text
+        assert code != 0 and "exercise 1 (BPE merges): write merge" in stderr, (where, stderr[-1000:])
+    assert handout.NEEDS["params"] == (9, 10, 14, 15)  # the one program that reads no text
 
 
 def body_of(file, function):
@@ -552,6 +599,8 @@ def body_of_source(source, function):
     return "\n".join(line[body[0].col_offset:] for line in lines)
 
 
+# the threshold's gradient with its sign lost: the estimator pushes θ the wrong way
+WRONG["jumprelu_backward"] = body_of("sae.py", "jumprelu_backward").replace("-ste.sum(0)", "ste.sum(0)")
 # the weights without σ(-β δ): every pair pulled alike, however well the model already ranks it
 WRONG["dpo_loss"] = body_of("dpo.py", "dpo_loss").replace("pull = beta * sigmoid(-beta * delta) / P",
                                                           "pull = np.full(P, beta / P)")
@@ -559,10 +608,11 @@ WRONG["dpo_loss"] = body_of("dpo.py", "dpo_loss").replace("pull = beta * sigmoid
 
 def test_every_program_is_named_and_every_twin_and_its_plain_forms_exist():
     assert set(PROGRAMS) == set(handout.WHERE) == set(handout.NEEDS) == {e[3] for e in handout.EXERCISES.values()}
+    exercise_files = {function: file for n in handout.EXERCISES for file, function in handout.functions(n)}
     for (file, twin), (plains, _) in handout.TWINS.items():
         body_of(file, twin)
         for plain in plains:
-            body_of(file, plain)
+            body_of(exercise_files.get(plain, file), plain)  # gelu_backward's plain form, gelu, is gpt2_numpy's
 
 
 @pytest.fixture(scope="module")
@@ -604,11 +654,11 @@ def test_the_program_runs_the_students_code(student_runs, originals, number):
 
 
 def test_training_on_documents_stops_at_a_masked_loss_left_to_do(tmp_path):
-    """A new user's case: with exercise 24 blank, train.py --data notes.txt (no instruction data) stops at it,
+    """A new user's case: with exercise 17 blank, train.py --data notes.txt (no instruction data) stops at it,
     as python handout.py says: every training step's loss is the student's cross_entropy."""
-    code, _, stderr = run_program(project_copy(str(tmp_path / "blank"), [24]), "train")
-    assert code != 0 and "exercise 24 (the masked loss): write cross_entropy;" in stderr, stderr[-1000:]
-    assert "  and python train.py --data FILE needs 24" in handout.programs_waiting([24])
+    code, _, stderr = run_program(project_copy(str(tmp_path / "blank"), [17]), "train")
+    assert code != 0 and "exercise 17 (the masked loss): write cross_entropy;" in stderr, stderr[-1000:]
+    assert "  and python train.py --data FILE needs 17" in handout.programs_waiting([17])
 
 
 def test_a_building_block_written_wrong_fails_naming_the_mistake(tmp_path):
@@ -616,10 +666,10 @@ def test_a_building_block_written_wrong_fails_naming_the_mistake(tmp_path):
     a softmax that overflows without the max shift and a layer_norm that never divides."""
     wrong = {"gelu": WRONG["gelu"], "softmax": "return np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True)",
              "layer_norm": WRONG["layer_norm"]}
-    folder = handout.write_handout(str(tmp_path / "class"), [1], bodies=wrong)
-    r = run_tests(folder, handout.tests(1))
+    folder = handout.write_handout(str(tmp_path / "class"), [5], bodies=wrong)
+    r = run_tests(folder, handout.tests(5))
     failed = re.findall(r"^FAILED \S+::(test_\w+)", r.stdout, re.M)
-    assert r.returncode == 1 and set(failed) == set(handout.tests(1)), r.stdout[-2000:]
+    assert r.returncode == 1 and set(failed) == set(handout.tests(5)), r.stdout[-2000:]
     for message in ["gelu is twice the answer: the 0.5 of 0.5 x (1 + tanh(...)) is missing",
                     "softmax([1000, 1001, -inf]) gives nan: exp(1000) overflows to inf",
                     "not divided by √(var + eps)"]:
@@ -629,7 +679,7 @@ def test_a_building_block_written_wrong_fails_naming_the_mistake(tmp_path):
 def test_a_merge_that_never_merges_shows_in_bpe_py(tmp_path):
     """The issue's own example: python bpe.py TEXT must show the student's merge_once at work."""
     whole = project_copy(str(tmp_path / "whole"), [])
-    wrong = project_copy(str(tmp_path / "wrong"), [9], {"merge_once": WRONG["merge_once"],
+    wrong = project_copy(str(tmp_path / "wrong"), [1], {"merge_once": WRONG["merge_once"],
                                                         "merge": body_of("bpe.py", "merge")})
     runs = [subprocess.run([sys.executable, "bpe.py", "tokenization is unbelievable"], cwd=f, capture_output=True,
                            text=True) for f in (whole, wrong)]

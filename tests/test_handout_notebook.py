@@ -1,4 +1,4 @@
-"""The notebook handout (python handout.py CLASS 1 9 --notebook): its cells run in order, from the
+"""The notebook handout (python handout.py CLASS 5 1 --notebook): its cells run in order, from the
 class's folder, as a kernel runs them, for a blank, a wrong and a right student; what each check and
 program cell prints; which of the notebook and the files wins; the teacher's view (--progress); and
 the mistakes each says in one line. Opt-in: the same notebook in a real Jupyter kernel (nbclient)."""
@@ -15,7 +15,7 @@ import handout
 from interface import handout_cli, notebook
 from test_handout import WRONG, body_of, body_of_source, on_every_core
 
-NUMBERS = [1, 9]
+NUMBERS = [5, 1]
 DEV_PYTHON = os.environ.get("GPT2_DEV_PYTHON", "")
 
 # The code cells in order, as a kernel runs them: from the class's folder (on sys.path, as a kernel's ""),
@@ -35,7 +35,7 @@ for i, cell in enumerate(cells):
 
 
 def write_class(folder, model):
-    """python handout.py FOLDER 1 9 --notebook --model MODEL, as the command line does it."""
+    """python handout.py FOLDER 5 1 --notebook --model MODEL, as the command line does it."""
     assert handout_cli.main([folder, *map(str, NUMBERS), "--notebook", "--model", model]) == 0
     return folder
 
@@ -74,7 +74,7 @@ def body_in(folder, file, function):
 
 
 def run_cells(folder):
-    """{"exercise-1 check": its output, ...} of the notebook's code cells run in order."""
+    """{"exercise-5 check": its output, ...} of the notebook's code cells run in order."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([sys.executable, "-c", RUN_CELLS], cwd=folder, capture_output=True, text=True, env=env,
                        timeout=300)
@@ -95,16 +95,16 @@ def model(tmp_path_factory):
 def students(tmp_path_factory, model):
     """Three students' handouts, the notebook run in each: {student: (folder, outputs)}.
     blank: nothing written. wrong: every function written right in the files, then in the notebook
-    with gelu and merge_once wrong (the notebook wins). right: exercise 1 written in the notebook,
-    exercise 9 in the files, its cells left blank (the files count)."""
+    with gelu and merge_once wrong (the notebook wins). right: exercise 5 written in the notebook,
+    exercise 1 in the files, its cells left blank (the files count)."""
     def student(name):
         folder = write_class(str(tmp_path_factory.mktemp(name) / "class"), model)
         if name == "wrong":
             write_files(folder, RIGHT)
             write_cells(folder, {**RIGHT, "gelu": WRONG["gelu"], "merge_once": WRONG["merge_once"]})
         if name == "right":
-            write_cells(folder, {f: RIGHT[f] for _, f in handout.functions(1)})
-            write_files(folder, {f: RIGHT[f] for _, f in handout.functions(9)})
+            write_cells(folder, {f: RIGHT[f] for _, f in handout.functions(5)})
+            write_files(folder, {f: RIGHT[f] for _, f in handout.functions(1)})
         return folder, run_cells(folder)
 
     return on_every_core(student, ["blank", "wrong", "right"])
@@ -119,7 +119,7 @@ def test_the_notebook_has_each_exercises_text_functions_check_and_program_in_ord
     assert sections == [["text"], *[["student"]] * 3, ["check"], ["program"],
                         ["text"], *[["student"]] * 2, ["check"], ["program"]]
     cells = {tuple(c["metadata"]["tags"]): "".join(c["source"]) for c in nb["cells"]}
-    assert "test_gelu_is_the_tanh_approximation" in cells[("exercise-1", "text")]  # docs/exercises.md's text
+    assert "test_gelu_is_the_tanh_approximation" in cells[("exercise-5", "text")]  # docs/exercises.md's text
     assert "the notebook's cell wins" in cells[("intro",)]
     assert "from interface.notebook import check, run_program\n" in cells[("setup",)]
     for c in nb["cells"]:
@@ -128,71 +128,71 @@ def test_the_notebook_has_each_exercises_text_functions_check_and_program_in_ord
             assert [type(n) for n in tree.body] == [ast.ImportFrom, ast.FunctionDef]
             assert notebook.is_blank(tree.body[1]) and ast.get_docstring(tree.body[1])
     assert set(notebook.COMMANDS) <= set(handout.WHERE)  # the rest: "run it there yourself"
-    assert cells[("exercise-9", "check")] == "check(9)\n"
-    assert cells[("exercise-9", "program")].startswith("run_program(9)")
+    assert cells[("exercise-1", "check")] == "check(1)\n"
+    assert cells[("exercise-1", "program")].startswith("run_program(1)")
 
 
 def test_a_blank_notebook_says_not_written_yet_and_which_exercise_the_program_needs(students):
     _, out = students["blank"]
-    assert out["exercise-1 check"] == ("exercise 1 (gelu, softmax, layer_norm): not written yet: write gelu, "
+    assert out["exercise-5 check"] == ("exercise 5 (gelu, softmax, layer_norm): not written yet: write gelu, "
                                        "softmax, layer_norm in the cells above (or in gpt2_numpy.py)\n")
-    needs = ('python gpt2_numpy.py "prompt" needs exercises 1, 9 written first: 1 (gelu, softmax, layer_norm not '
-             'yet); 9 (merge_once, merge not yet)\n')
-    assert out["exercise-1 program"] == out["exercise-9 program"] == needs
+    needs = ('python gpt2_numpy.py "prompt" needs exercises 1, 5 written first: 1 (merge_once, merge not yet); '
+             '5 (gelu, softmax, layer_norm not yet)\n')
+    assert out["exercise-5 program"] == out["exercise-1 program"] == needs
 
 
 def test_a_wrong_notebook_fails_its_tests_with_their_messages_and_changes_what_the_program_prints(students):
     folder, out = students["wrong"]
     _, right = students["right"]
-    assert out["exercise-1 check"].splitlines() == [
+    assert out["exercise-5 check"].splitlines() == [
         "FAILED tests/test_gpt2_numpy.py::test_gelu_is_the_tanh_approximation - AssertionError: Not equal to "
         "tolerance rtol=1e-05, atol=1e-06 gelu is twice the answer: the 0.5 of 0.5 x (1 + tanh(...)) is missing",
-        "1 failed, 2 passed"]
-    assert out["exercise-9 check"].splitlines()[-1] == "2 failed, 1 passed"
+        "1 failed, 3 passed"]
+    assert out["exercise-1 check"].splitlines()[-1] == "2 failed, 1 passed"
     assert "FAILED tests/test_bpe.py::test_one_merge_joins_the_pair_with_the_lowest_rank - assert None ==" \
-        in out["exercise-9 check"]
+        in out["exercise-1 check"]
     # the notebook won over the files, where the student had written them right
     assert body_in(folder, "gpt2_numpy.py", "gelu") == WRONG["gelu"]
     assert body_in(folder, "bpe.py", "merge_once") == WRONG["merge_once"]
-    assert out["exercise-1 program"].startswith("$ python gpt2_numpy.py --model ")
-    assert out["exercise-1 program"] == out["exercise-9 program"] != right["exercise-1 program"]
+    assert out["exercise-5 program"].startswith("$ python gpt2_numpy.py --model ")
+    assert out["exercise-5 program"] == out["exercise-1 program"] != right["exercise-5 program"]
 
 
 def test_a_right_notebook_passes_and_its_program_prints_what_the_project_prints(students, model):
     folder, out = students["right"]
-    assert out["exercise-1 check"] == out["exercise-9 check"] == "3 passed\n"  # 9: written in the files
+    assert out["exercise-5 check"] == "4 passed\n" and out["exercise-1 check"] == "3 passed\n"  # 1: in the files
     assert body_in(folder, "gpt2_numpy.py", "gelu") == RIGHT["gelu"]
     assert body_in(folder, "bpe.py", "merge") == RIGHT["merge"]
-    command, *printed = out["exercise-9 program"].splitlines()
+    command, *printed = out["exercise-1 program"].splitlines()
     argv = [model if a == "MODEL" else a for a in notebook.COMMANDS["generate"]]
     assert command == "$ python " + " ".join(argv[:-1]) + f" '{argv[-1]}'"
     project = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert project.returncode == 0 and printed == project.stdout.splitlines() and printed
-    assert out["exercise-1 program"] == out["exercise-9 program"]  # the same body prints the same every run
+    assert out["exercise-5 program"] == out["exercise-1 program"]  # the same body prints the same every run
 
 
 def test_a_cell_with_another_name_or_not_python_is_one_line_and_writes_nothing(tmp_path, model, monkeypatch, capsys):
     folder = write_class(str(tmp_path / "class"), model)
     capsys.readouterr()
     before = body_in(folder, "gpt2_numpy.py", "gelu")
-    marker = notebook.cell_marker(1, "gelu") + "gpt2_numpy.py)\n"
+    marker = notebook.cell_marker(5, "gelu") + "gpt2_numpy.py)\n"
     monkeypatch.chdir(folder)
     for cell, said in [(marker + "def gelu2(x):\n    return x\n",
-                        "exercise 1: gelu's cell defines no function gelu (it defines gelu2): keep the name, the "
+                        "exercise 5: gelu's cell defines no function gelu (it defines gelu2): keep the name, the "
                         "program calls it by it"),
-                       (marker + "def gelu(x):\n    return (x\n", "exercise 1: gelu's cell is not Python: line 3: ")]:
+                       (marker + "def gelu(x):\n    return (x\n", "exercise 5: gelu's cell is not Python: line 3: ")]:
         monkeypatch.setattr(sys.modules["__main__"], "In", ["", cell], raising=False)
         for call in (notebook.check, notebook.run_program):
-            call(1)  # it prints; it does not raise
+            call(5)  # it prints; it does not raise
             printed = capsys.readouterr().out
             assert printed.count("\n") == 1 and printed.startswith(said), printed
     assert body_in(folder, "gpt2_numpy.py", "gelu") == before
-    notebook.check(5)
-    assert capsys.readouterr().out == "exercise 5 is not in this handout (it holds 1, 9)\n"
+    notebook.check(4)
+    assert capsys.readouterr().out == "exercise 4 is not in this handout (it holds 1, 5)\n"
     with open(os.path.join(folder, "bpe.py"), "a", encoding="utf-8") as f:
         f.write("def (\n")  # the student broke the file itself
-    notebook.check(9)
-    assert capsys.readouterr().out.startswith("exercise 9: bpe.py is not Python: line ")
+    notebook.check(1)
+    assert capsys.readouterr().out.startswith("exercise 1: bpe.py is not Python: line ")
 
 
 def test_a_notebook_handout_stopped_half_way_leaves_nothing(tmp_path, model, monkeypatch, capsys):
@@ -228,7 +228,7 @@ def test_progress_reads_the_files_and_the_notebook_and_leaves_the_folder_as_it_w
     """--progress: done, failing (which tests), not started; a cell saved but never checked counts, applied
     to a copy: the student's own file is not changed."""
     blank, wrong, right = (students[s][0] for s in ("blank", "wrong", "right"))
-    write_cells(blank, {f: RIGHT[f] for _, f in handout.functions(1)})  # saved, never run
+    write_cells(blank, {f: RIGHT[f] for _, f in handout.functions(5)})  # saved, never run
     before = body_in(blank, "gpt2_numpy.py", "gelu")
     r = in_process(handout_cli.main, capsys, "--progress", blank, wrong, right, "--json")
     assert r.returncode == 0, r.stderr
@@ -236,22 +236,22 @@ def test_progress_reads_the_files_and_the_notebook_and_leaves_the_folder_as_it_w
     status = {(rep["folder"], e["number"]): (e["status"], e["failing"], e["written_in"])
               for rep in reports for e in rep["exercises"]}
     assert status == {
-        (blank, 1): ("done", [], ["notebook"]), (blank, 9): ("not started", [], []),
-        (wrong, 1): ("failing", ["test_gelu_is_the_tanh_approximation"], ["notebook"]),
-        (wrong, 9): ("failing", ["test_one_merge_joins_the_pair_with_the_lowest_rank",
+        (blank, 5): ("done", [], ["notebook"]), (blank, 1): ("not started", [], []),
+        (wrong, 5): ("failing", ["test_gelu_is_the_tanh_approximation"], ["notebook"]),
+        (wrong, 1): ("failing", ["test_one_merge_joins_the_pair_with_the_lowest_rank",
                                  "test_merges_match_the_classic_algorithm"], ["notebook"]),
-        (right, 1): ("done", [], ["notebook"]), (right, 9): ("done", [], ["files"])}
+        (right, 5): ("done", [], ["notebook"]), (right, 1): ("done", [], ["files"])}
     assert set(reports[0]) == {"folder", "exercises"} and set(reports[0]["exercises"][0]) >= {
         "number", "name", "status", "failing"}
     assert body_in(blank, "gpt2_numpy.py", "gelu") == before
     table = notebook.progress_lines(reports)
-    assert table[0].split() == ["folder", "1", "9"] and table[1].split() == [blank, "done", "not", "started"]
-    assert table[4] == f"{wrong}: 1 fails test_gelu_is_the_tanh_approximation"
-    assert notebook.progress_lines(reports[2:]) == [" 1. gelu, softmax, layer_norm: done, in the notebook",
-                                                    " 9. BPE merges: done, in the files"]
-    plain = handout.write_handout(os.path.join(os.path.dirname(blank), "plain"), [4])  # no notebook: the files alone
+    assert table[0].split() == ["folder", "1", "5"] and table[1].split() == [blank, "not", "started", "done"]
+    assert table[4] == f"{wrong}: 5 fails test_gelu_is_the_tanh_approximation"
+    assert notebook.progress_lines(reports[2:]) == [" 5. gelu, softmax, layer_norm: done, in the notebook",
+                                                    " 1. BPE merges: done, in the files"]
+    plain = handout.write_handout(os.path.join(os.path.dirname(blank), "plain"), [12])  # no notebook: the files alone
     assert notebook.progress(plain)["exercises"] == [
-        {"number": 4, "name": "the KV cache", "status": "not started", "failing": [], "written_in": []}]
+        {"number": 12, "name": "the KV cache", "status": "not started", "failing": [], "written_in": []}]
 
 
 def test_bad_requests_are_one_line_and_leave_nothing(tmp_path, capsys, students):
@@ -306,8 +306,8 @@ print(json.dumps({" ".join(c.metadata.tags): "".join(o.get("text", "") for o in 
                     "ipykernel (GPT2_DEV_PYTHON=/path/to/python python -m pytest -q tests/test_handout_notebook.py -k "
                     "kernel)")
 def test_the_notebook_in_a_real_jupyter_kernel(tmp_path, model):
-    """nbclient runs the notebook in a python3 kernel, as Jupyter's Run all: exercise 1 written right in
-    the notebook, exercise 9 wrong; no cell raises; each check and program prints as in the subprocess."""
+    """nbclient runs the notebook in a python3 kernel, as Jupyter's Run all: exercise 5 written right in
+    the notebook, exercise 1 wrong; no cell raises; each check and program prints as in the subprocess."""
     folder = write_class(str(tmp_path / "class"), model)
     write_cells(folder, {**RIGHT, "merge_once": WRONG["merge_once"]})
     r = subprocess.run([DEV_PYTHON, "-c", KERNEL], cwd=folder, capture_output=True, text=True, timeout=600)
@@ -315,8 +315,8 @@ def test_the_notebook_in_a_real_jupyter_kernel(tmp_path, model):
         pytest.skip(f"{DEV_PYTHON} has no nbclient: pip install nbclient ipykernel there")
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.splitlines()[-1])
-    assert out["exercise-1 check"] == "3 passed\n"
-    assert out["exercise-9 check"].splitlines()[-1] == "2 failed, 1 passed"
-    assert out["exercise-9 program"].startswith("$ python gpt2_numpy.py --model ") and \
-        out["exercise-9 program"] == out["exercise-1 program"]
+    assert out["exercise-5 check"] == "4 passed\n"
+    assert out["exercise-1 check"].splitlines()[-1] == "2 failed, 1 passed"
+    assert out["exercise-1 program"].startswith("$ python gpt2_numpy.py --model ") and \
+        out["exercise-1 program"] == out["exercise-5 program"]
     assert body_in(folder, "bpe.py", "merge_once") == WRONG["merge_once"]

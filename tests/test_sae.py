@@ -227,7 +227,15 @@ def write_cfg(folder, cfg, weights=True):
 
 @pytest.mark.parametrize("cfg, weights, words", [
     ({"d_in": 8, "d_sae": 32, "metadata": {"sae_lens_version": "6.54.12"}}, True, "no architecture"),
-    ({"d_in": 8, "d_sae": 32, "architecture": "topk", "metadata": {"sae_lens_version": "6.1.0"}}, True, "'topk'"),
+    ({"d_in": 8, "d_sae": 32, "architecture": "gated", "metadata": {"sae_lens_version": "6.1.0"}}, True, "'gated'"),
+    ({"d_in": 8, "d_sae": 32, "architecture": "topk", "k": 33, "metadata": {"sae_lens_version": "6.1.0"}}, True,
+     "k must be at most d_sae"),
+    ({"d_in": 8, "d_sae": 32, "architecture": "standard", "normalize_activations": "whiten"}, True,
+     "normalize_activations must be one of"),
+    ({"d_in": 8, "d_sae": 32, "architecture": "jumprelu", "metadata": {"sae_lens_version": "6.1.0"}}, True,
+     "threshold must be [32]"),
+    ({"d_in": 8, "d_sae": 32, "architecture": "transcoder", "d_out": 8, "metadata": {"sae_lens_version": "6.1.0"}},
+     True, "apply_b_dec_to_input true"),
     ({"d_in": 8, "d_sae": 32, "architecture": "standard"}, False, "no sae_weights.safetensors"),
     ({"d_in": 8, "d_sae": 16, "architecture": "standard"}, True, "W_enc must be [8, 16]")])
 def test_a_folder_sae_py_cannot_read_is_one_clear_error(tmp_path, cfg, weights, words):

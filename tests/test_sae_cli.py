@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -106,12 +107,12 @@ TRAIN = ["--l1", "1", "--tokens", "64", "--batch-tokens", "64"]
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "metadata": {
         "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "no architecture"),
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "jumprelu", "metadata": {
-        "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "'jumprelu'"),
+        "sae_lens_version": "6.54.12", "hook_name": HOOK}}), "--text", "hi"], "threshold must be"),
     (lambda d, t: ["encode", "--sae", bad_folder(t, {"d_in": 8, "d_sae": 32, "architecture": "standard"}, False),
                    "--text", "hi"], "no sae_weights.safetensors"),
     (lambda d, t: ["train", "--site", HOOK, "--data", d, "--d-sae", "0", *TRAIN], "--d-sae must be at least 1"),
     (lambda d, t: ["train", "--site", HOOK, "--data", d, "--d-sae", "4", "--l1", "-1", "--tokens", "64"],
-     "--l1 must be 0 or more"),
+     "--l1 must be a finite number 0 or more"),
     (lambda d, t: ["train", "--site", HOOK, "--data", d, "--d-sae", "4", "--l1", "1", "--tokens", "10"],
      "too few for one batch"),
     (lambda d, t: ["train", "--site", HOOK, "--activations", wrong_npy(t, np.zeros((70, 9), np.float32)),
@@ -131,6 +132,159 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(data, tmp_path, case, 
     assert sorted(os.listdir(tmp_path)) == before
 
 
+def sae_cli_main(capsys, *args):
+    from conftest import in_process
+    from interface import sae_cli
+
+    return in_process(sae_cli.main, capsys, *args, "--model", MODEL)
+
+
+NEW = ["train", "--site", HOOK, "--d-sae", "16", "--batch-tokens", "64", "--context", "16"]
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--l1", "nan", "--tokens", "64"], "--l1 must be a finite number 0 or more, got nan"),
+    (["--l1", "inf", "--tokens", "64"], "--l1 must be a finite number 0 or more, got inf"),
+    (["--l1", "1", "--lr", "inf", "--tokens", "64"], "--lr must be a finite number above 0, got inf"),
+    (["--l1", "1", "--lr", "nan", "--tokens", "64"], "--lr must be a finite number above 0, got nan"),
+    (["--l1", "1", "--tokens", "99999999999999"], "no run finishes that many"),
+    (["--l1", "1"], "train needs --tokens K"),
+    (["--tokens", "64"], "--architecture standard needs --l1 C"),
+    (["--architecture", "topk", "--l1", "1", "--tokens", "64"], "--l1 goes with --architecture standard, not topk"),
+    (["--architecture", "jumprelu", "--k", "4", "--tokens", "64"], "--k goes with --architecture topk or batchtopk"),
+    (["--architecture", "topk", "--topk-threshold-lr", "0.1", "--tokens", "64"],
+     "--topk-threshold-lr goes with --architecture batchtopk, not topk"),
+    (["--architecture", "topk", "--k", "17", "--tokens", "64"], "--k 17 is more than the --d-sae 16 latents"),
+    (["--architecture", "topk", "--k", "2.5", "--tokens", "64"], "--k must be a whole number for topk"),
+    (["--architecture", "batchtopk", "--k", "inf", "--tokens", "64"], "--k must be a finite number above 0"),
+    (["--architecture", "batchtopk", "--topk-threshold-lr", "1.5", "--tokens", "64"],
+     "must be a finite number in [0, 1]"),
+    (["--architecture", "topk", "--aux-loss-coefficient", "-1", "--tokens", "64"], "--aux-loss-coefficient must be"),
+    (["--architecture", "topk", "--rescale-acts-by-decoder-norm", "yes", "--tokens", "64"], "must be true or false"),
+    (["--architecture", "jumprelu", "--jumprelu-bandwidth", "0", "--tokens", "64"], "--jumprelu-bandwidth must be"),
+    (["--architecture", "jumprelu", "--jumprelu-init-threshold", "nan", "--tokens", "64"], "--jumprelu-init-threshold"),
+    (["--architecture", "jumprelu", "--jumprelu-tanh-scale", "-inf", "--tokens", "64"], "--jumprelu-tanh-scale"),
+    (["--architecture", "jumprelu", "--l0-coefficient", "inf", "--tokens", "64"], "--l0-coefficient must be"),
+    (["--architecture", "jumprelu", "--pre-act-loss-coefficient", "-0.5", "--tokens", "64"], "--pre-act-loss"),
+    (["--architecture", "jumprelu", "--jumprelu-sparsity-loss-mode", "quadratic", "--tokens", "64"], "invalid choice"),
+    (["--architecture", "resnet", "--tokens", "64"], "invalid choice: 'resnet'"),
+    (["--architecture", "topk", "--k", "3", "--normalize-activations", "layer_norm", "--tokens", "64"],
+     "give --aux-loss-coefficient 0"),
+    (["--normalize-activations", "whitening", "--l1", "1", "--tokens", "64"], "invalid choice"),
+    (["--l1", "1", "--tokens", "64", "--d-sae", "99999999999"], "GB are free: choose a smaller --d-sae"),
+])
+def test_every_train_flag_is_checked_before_any_work(data, tmp_path, capsys, flags, words):
+    r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", *flags, "--out", tmp_path / "out")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_site_the_model_lacks_says_how_many_blocks_it_has(data, tmp_path, capsys):
+    r = sae_cli_main(capsys, "train", "--site", "blocks.7.hook_resid_pre", "--d-sae", "4", "--l1", "1", "--tokens",
+                     "64", "--batch-tokens", "64", "--data", data / "text.txt", "--out", tmp_path / "out")
+    assert r.returncode == 2 and "the model has 2 blocks, blocks.0 to blocks.1" in r.stderr, r.stderr
+
+
+ARCHITECTURE_RUNS = {
+    "standard": ["--l1", "1", "--l1-warm-up", "3", "--normalize", "expected_average_only_in"],
+    "topk": ["--architecture", "topk", "--k", "3", "--dead-feature-window", "2"],
+    "batchtopk": ["--architecture", "batchtopk", "--k", "2.5", "--dead-feature-window", "2"],
+    "jumprelu": ["--architecture", "jumprelu", "--pre-act-loss-coefficient", "0.3", "--dead-feature-window", "2",
+                 "--l0-warm-up-steps", "2", "--normalize-activations", "layer_norm"],
+}
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURE_RUNS))
+def test_ctrl_c_saves_the_steps_done_and_resume_continues_bit_for_bit(data, tmp_path, capsys, monkeypatch, arch):
+    import sae as S
+
+    run_flags = [*NEW, "--data", data / "text.txt", "--tokens", "640", "--lr", "1e-2", *ARCHITECTURE_RUNS[arch]]
+    assert sae_cli_main(capsys, *run_flags, "--out", tmp_path / "straight").returncode == 0
+    step, calls = S.training_step, []
+
+    def ctrl_c_in_step_4(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(S, "training_step", ctrl_c_in_step_4)
+    r = sae_cli_main(capsys, *run_flags, "--out", tmp_path / "stopped")
+    said = f"interrupted: saved step 3 in {tmp_path / 'stopped'}; --resume continues"
+    assert r.returncode == 130 and said in r.stderr, r.stderr
+    assert len((tmp_path / "stopped" / "train_log.jsonl").read_text().splitlines()) == 3
+    monkeypatch.setattr(S, "training_step", step)
+    r = sae_cli_main(capsys, "train", "--out", tmp_path / "stopped", "--resume", "--quiet")
+    assert r.returncode == 0, r.stderr
+    stopped, straight = tmp_path / "stopped", tmp_path / "straight"
+    for name in ("sae_weights.safetensors", "cfg.json", "train_log.jsonl", "train_config.json"):
+        assert (stopped / name).read_bytes() == (straight / name).read_bytes(), name
+    with np.load(stopped / "train_state.npz") as a, np.load(straight / "train_state.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a.files)  # factor: nan without one
+    assert sorted(os.listdir(tmp_path)) == ["stopped", "straight"]
+
+
+def test_ctrl_c_before_a_step_is_done_writes_nothing(data, tmp_path, capsys, monkeypatch):
+    import sae as S
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(S, "training_step", ctrl_c)
+    r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--tokens", "128", "--architecture", "topk", "--k",
+                     "3", "--out", tmp_path / "out")
+    assert r.returncode == 130 and "interrupted before a step was done: nothing was saved" in r.stderr, r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_resume_refuses_another_run_and_says_when_there_is_nothing_to_do(data, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--tokens", "128", "--l1", "1", "--out",
+                        out).returncode == 0
+    r = sae_cli_main(capsys, "train", "--out", out, "--resume", "--site", "blocks.0.hook_resid_pre")
+    assert r.returncode == 2 and "whose --site is blocks.1.hook_resid_pre: leave out --site" in r.stderr, r.stderr
+    r = sae_cli_main(capsys, "train", "--out", out, "--resume")
+    assert r.returncode == 0 and "already trained for 2 steps, nothing to do" in r.stdout, r.stdout
+    r = sae_cli_main(capsys, "train", "--out", out, "--resume", "--tokens", "256", "--l1", "2", "--quiet")
+    assert r.returncode == 0 and "--l1 2.0 (the saved run had 1.0)" in r.stderr, r.stderr
+    assert len((out / "train_log.jsonl").read_text().splitlines()) == 4
+    r = sae_cli_main(capsys, "train", "--out", tmp_path / "nothing", "--resume")
+    assert r.returncode == 2 and "holds no saved run to --resume" in r.stderr, r.stderr
+
+
+def test_a_bug_in_training_writes_nothing(data, tmp_path, capsys, monkeypatch):
+    import sae as S
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a student's bug")
+
+    monkeypatch.setattr(S, "training_step", broken)
+    with pytest.raises(ZeroDivisionError):
+        sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--tokens", "128", "--l1", "1", "--out",
+                     tmp_path / "out")
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_saved_cfg_says_the_context_used(data, tmp_path, capsys):
+    r = sae_cli_main(capsys, *NEW[:-2], "--context", "1000", "--data", data / "text.txt", "--tokens", "128", "--l1",
+                     "1", "--out", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "out" / "cfg.json").read_text())["metadata"]["context_size"] == 64  # tiny's n_ctx
+
+
+def test_features_text_shows_contexts_and_both_token_lists_and_encode_says_what_its_error_is(data, capsys):
+    r = sae_cli_main(capsys, "features", "--sae", SAE_DIR, "--data", data / "text.txt", "--context", "16",
+                     "--feature", "2", "--k", "3", "--quiet")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("latent 2: firing density 0.")
+    assert len(lines) == 1 + 3 + 2 and "[" in lines[1] and lines[4].split()[0] == "promotes"
+    assert lines[5].split()[0] == "suppresses" and len(lines[5].split("' ")) >= 3
+    r = sae_cli_main(capsys, "encode", "--sae", SAE_DIR, "--text", "All: speak", "--quiet")
+    assert r.returncode == 0 and "the SAE's squared error at the position" in r.stdout.splitlines()[0], r.stdout
+
+
 def test_sigterm_in_training_saves_the_steps_done_whole(data, tmp_path):
     big = tmp_path / "big.npy"
     np.save(big, np.random.default_rng(0).standard_normal((4096, 8)).astype(np.float32))
@@ -142,12 +296,14 @@ def test_sigterm_in_training_saves_the_steps_done_whole(data, tmp_path):
     for line in p.stderr:
         if line.startswith("training"):
             break
+    time.sleep(2)  # some steps done
     p.send_signal(signal.SIGTERM)
     rest = p.stderr.read()
     assert p.wait(timeout=120) == 130, rest
-    assert "terminated" in rest
+    assert f"terminated: saved step" in rest and "--resume continues" in rest
     assert sorted(os.listdir(tmp_path)) == ["big.npy", "out"]  # nothing half-written beside it
-    assert sorted(os.listdir(out)) == ["cfg.json", "sae_weights.safetensors", "train_log.jsonl"]
+    assert sorted(os.listdir(out)) == ["cfg.json", "sae_weights.safetensors", "train_config.json", "train_log.jsonl",
+                                       "train_state.npz"]
     sae_files.load_sae(str(out))
     steps = [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert steps == list(range(len(steps)))  # every step done is logged, and none twice
@@ -224,9 +380,11 @@ print(sae.cfg.metadata.hook_name, sae.cfg.d_sae, float(sae.W_dec.sum()))
 @pytest.mark.skipif(not SAE_PYTHON, reason="needs sae-lens 6.54.12: set GPT2_SAE_PYTHON to a python that has it "
                                            "(GPT2_SAE_PYTHON=/work/saevenv/bin/python python -m pytest -q "
                                            "tests/test_sae_cli.py -k saelens_loads)")
-def test_saelens_loads_what_sae_py_trains(data, tmp_path):
+@pytest.mark.parametrize("flags", [["--l1", "1"], ["--architecture", "topk", "--k", "3"],
+                                   ["--architecture", "batchtopk", "--k", "2"], ["--architecture", "jumprelu"]])
+def test_saelens_loads_what_sae_py_trains(data, tmp_path, flags):
     out = tmp_path / "sae"
-    r = run("train", "--site", HOOK, "--data", str(data / "text.txt"), "--d-sae", "16", "--l1", "1", "--tokens", "128",
+    r = run("train", "--site", HOOK, "--data", str(data / "text.txt"), "--d-sae", "16", *flags, "--tokens", "128",
             "--batch-tokens", "64", "--context", "16", "--out", str(out), "--quiet")
     assert r.returncode == 0, r.stderr
     r = subprocess.run([SAE_PYTHON, "-c", LOAD_WITH_SAELENS, str(out)], capture_output=True, text=True, timeout=300)
