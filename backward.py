@@ -30,15 +30,19 @@ activation's gradient through hook(name, grad), with the same name and layout, a
 with what the hook returns (activation_grads; circuits.py's attribution patching reads them).
 Where the hot path needs a cleverer form (gelu_backward_fast, cross_entropy_fast), the plain
 one stays beside it and a test holds the two equal. The optimizer is optimizer.py's; the loop is train.py's.
+
+On a GPU (gpt2_numpy.py's docstring: a CuPy array answers NumPy's calls) the same lines run there; what
+knows it: the ids and targets moved where the weights are, dropout's draws made there, and the CPU's
+chunks (in_chunks, cross_entropy_fast's rows) taken whole (docs/gpu.md).
 """
 import numpy as np
 
 from gpt2_numpy import (GELU_CUBIC, SQRT_2_OVER_PI, attention_scores, block_hook, checked_ids, gpt2_hidden,
                         layer_norm, layer_norm_eps, log_softmax, matmul, merge_heads, next_token_loss, no_hook, softmax,
                         split_heads)
-from plumbing import shapes
+from plumbing import device, shapes
 from plumbing.shapes import LAYER_NORM_EPS
-from plumbing.parallel import in_chunks, reused, shared_among_cores
+from plumbing.parallel import in_chunks, reused, rows_at_a_time, shared_among_cores
 
 KEPT = ("resid_pre", "ln_1", "attn.q", "attn.k", "attn.v", "attn.weights", "attn.z", "resid_mid", "ln_2",
         "mlp.c_fc", "mlp.gelu")  # per block; and the last block's output, ln_f's input
@@ -145,7 +149,7 @@ def ffn_backward(x, h, a, c_fc, c_proj, dy, frozen=False, hook=no_hook):
 def apply_dropout(x, p_drop, rng):
     """Zero each element with probability p_drop and scale the rest by 1 / (1 - p_drop), so the mean is kept.
     x [...] -> (y [...], the mask [...] of bools: True where an element was kept)"""
-    drop_mask = rng.random(x.shape, dtype=np.float32) >= p_drop
+    drop_mask = device.uniform(rng, x) >= p_drop  # drawn where x is: a GPU's masks are its own generator's
     y = x * drop_mask
     y *= 1.0 / (1.0 - p_drop)
     return y, drop_mask
@@ -264,28 +268,31 @@ def cross_entropy_fast(logits, targets):
     scale done while it is in the cache, and the rows shared among the cores (each pass over
     the whole [N, V] would be a trip through main memory). targets [N] -> the loss, the mean
     over the targets that are not IGNORE; an IGNORE row's gradient is 0."""
+    targets = np.asarray(targets, like=logits)  # where the logits are (NEP 35: onto a GPU, if they are there)
     counted = targets != IGNORE
     n = max(int(np.count_nonzero(counted)), 1)
     masked = n < len(targets)  # instruction data; a window of text counts every position
+    rows = rows_at_a_time(logits, LOGIT_ROWS)  # on a GPU, all at once: one launch each, not one a chunk
 
     def work(starts):
         total = 0.0
         for i in starts:
-            x, t = logits[i:i + LOGIT_ROWS], targets[i:i + LOGIT_ROWS]
+            x, t = logits[i:i + rows], targets[i:i + rows]
+            at = (np.arange(len(t), like=t), t)  # each row's target (like=: where the targets are)
             x -= x.max(axis=-1, keepdims=True)
-            picked = x[np.arange(len(t)), t]  # logit - max, at each target (an IGNORE row's is dropped below)
+            picked = x[at]  # logit - max, at each target (an IGNORE row's is dropped below)
             np.exp(x, out=x)
             sums = x.sum(axis=-1, keepdims=True)
             losses = np.log(sums[:, 0]) - picked  # -log softmax at each target
             x *= 1.0 / (n * sums)
-            x[np.arange(len(t)), t] -= 1.0 / n
+            x[at] -= 1.0 / n
             if masked:
-                x[~counted[i:i + LOGIT_ROWS]] = 0.0
-                losses = losses[counted[i:i + LOGIT_ROWS]]
+                x[~counted[i:i + rows]] = 0.0
+                losses = losses[counted[i:i + rows]]
             total += float(losses.sum())
         return total
 
-    return sum(shared_among_cores(work, list(range(0, len(targets), LOGIT_ROWS)))) / n
+    return sum(shared_among_cores(work, list(range(0, len(targets), rows)))) / n
 
 
 def head_backward(xf, wte, targets, buffers=None, frozen=False):
@@ -295,10 +302,10 @@ def head_backward(xf, wte, targets, buffers=None, frozen=False):
     targets that are not IGNORE; an IGNORE position's dlogits, and so its dx, is exactly 0.
     The logits and dwte live in `buffers`, reused at the next call. frozen (a LoRA run): no dwte (None)."""
     x = xf.reshape(-1, xf.shape[-1])  # [N, C]
-    logits = reused(buffers, "logits", (len(x), len(wte)), x.dtype)
+    logits = reused(buffers, "logits", (len(x), len(wte)), x.dtype, like=x)
     np.matmul(x, wte.T, out=logits)
     loss = cross_entropy_fast(logits, targets.reshape(-1))  # logits is now dlogits
-    dwte = None if frozen else np.matmul(logits.T, x, out=reused(buffers, "dwte", wte.shape, x.dtype))
+    dwte = None if frozen else np.matmul(logits.T, x, out=reused(buffers, "dwte", wte.shape, x.dtype, like=x))
     return loss, (logits @ wte).reshape(xf.shape), dwte
 
 
@@ -329,6 +336,7 @@ def embedding_backward(ids, dx, dwte, dwpe):
     """x = wte[ids] + wpe[positions] backwards, added into dwte [V, C] and dwpe [n_ctx, C]:
     dwte[v] += Σ dx over the positions holding token v,  dwpe[t] += Σ dx[:, t] over the batch.
     ids [B, T], dx [B, T, C]"""
+    ids = np.asarray(ids, like=dwte)  # where the gradients are: the host's ids copied to a GPU, if they are there
     np.add.at(dwte, ids.reshape(-1), dx.reshape(-1, dx.shape[-1]))  # a token seen twice adds twice
     dwpe[:ids.shape[1]] += dx.sum(axis=0)
 

@@ -40,6 +40,7 @@ from backward import activation_grads
 from gpt2_numpy import gpt2_hidden, layer_norm, layer_norm_eps, linear
 from look_inside import activation_shapes, model_hook, run_with_cache, run_with_hooks, sae_hooks, shown, taken_back, \
     transformer_lens_name
+from plumbing.device import host
 from plumbing.errors import UserError
 from plumbing.shapes import block_index
 from sae import latent_writes
@@ -115,7 +116,7 @@ def logit_difference(logits, answer, wrong):
     """mean over the pairs of logits[b, -1, answer[b]] - logits[b, -1, wrong[b]]: how much more the model
     believes the right answer than the wrong one, at the last position.
     logits [B, T, V], answer, wrong [B] -> a float"""
-    rows = np.arange(len(logits))
+    rows, answer, wrong = (np.asarray(a, like=logits) for a in (np.arange(len(logits)), answer, wrong))  # on a GPU too
     last = logits[:, -1]
     return float((last[rows, answer] - last[rows, wrong]).mean())
 
@@ -124,6 +125,7 @@ def answer_logits(hidden, wte, answer, wrong):
     """The two columns of the last position's logits that the metric reads, as logits of a two-token
     vocabulary: [..., B, 1, 2], with the answer at 0 and the wrong answer at 1 (so logit_difference(.., 0, 1)
     is the metric). hidden [..., B, C]: ln_f's output at the last position; wte [V, C]; answer, wrong [B]."""
+    answer, wrong = np.asarray(answer, like=wte), np.asarray(wrong, like=wte)  # where the weights are
     return np.stack([(hidden * wte[answer]).sum(-1), (hidden * wte[wrong]).sum(-1)], -1)[..., None, :]
 
 
@@ -270,7 +272,7 @@ def copies_forward(params, hparams, ids, resid, layer, hooks, splice=None):
         if not any(tl in h for h in hooks):
             return view
         acts = view.reshape((n, B) + view.shape[1:])  # [n, B, ...]
-        out = np.array(acts)
+        out = acts.copy()
         for j, h in enumerate(hooks):
             if tl in h:
                 patched = h[tl](acts[j], tl)
@@ -314,6 +316,7 @@ def copies_forward(params, hparams, ids, resid, layer, hooks, splice=None):
 def logit_direction(params, answer, wrong):
     """g ⊙ (wte[A] - wte[B]): the direction in the normalised residual stream along which the logit
     difference grows, for each pair (g: ln_f's gain).   answer, wrong [B] -> [B, C]"""
+    answer, wrong = np.asarray(answer, like=params["wte"]), np.asarray(wrong, like=params["wte"])  # where wte is
     return params["ln_f"]["g"] * (params["wte"][answer] - params["wte"][wrong])
 
 
@@ -374,7 +377,8 @@ def dla_components(params, hparams, ids, answer, wrong, splice=None):
     point) is one more component (dla_parts), so that the components still add up to what ln_f reads."""
     ids, answer, wrong = answers(ids, answer, wrong, params)
     written, _, scale, direction = dla_written(params, hparams, ids, answer, wrong, splice)
-    return list(written), np.array([dla_component(c, scale, direction).mean() for c in written.values()], np.float32)
+    return list(written), np.array([float(dla_component(c, scale, direction).mean()) for c in written.values()],
+                                 np.float32)  # float(): each read on the host (from a GPU too)
 
 
 def dla_written(params, hparams, ids, answer, wrong, splice=None):
@@ -407,7 +411,7 @@ def dla_heads(params, hparams, ids, answer, wrong, splice=None):
     z = [f"blocks.{i}.attn.hook_z" for i in range(L)]
     cache, scale, direction = dla_run(params, hparams, ids, answer, wrong, z, splice)
     results = [head_results(cache[z[i]], params["blocks"][i]["attn"]["c_proj"], H) for i in range(L)]  # [B, H, C]
-    values = [dla_component(results[i][:, h], scale, direction).mean() for i in range(L) for h in range(H)]
+    values = [float(dla_component(results[i][:, h], scale, direction).mean()) for i in range(L) for h in range(H)]
     return [f"L{i}H{h}" for i in range(L) for h in range(H)], np.array(values, np.float32)
 
 
@@ -501,9 +505,10 @@ def attribution(params, hparams, clean_ids, corrupted_ids, answer, wrong, site, 
     hooks, sae = spliced(splice)
     _, clean = run_with_cache(clean_ids, params, hparams, names=names, sae=sae, hooks=hooks)
     _, corrupted = run_with_cache(corrupted_ids, params, hparams, names=names, sae=sae, hooks=hooks)
-    dlogits = logit_difference_grad(corrupted_ids.shape, params["wte"].shape[0], answer, wrong)
+    dlogits = np.asarray(logit_difference_grad(corrupted_ids.shape, params["wte"].shape[0], answer, wrong),
+                         like=params["wte"])  # where the model is
     grads = gradients(corrupted_ids, params, hparams, dlogits, names, splice)
-    return np.stack([((clean[n] - corrupted[n]) * grads[n]).sum(-1).sum(0) for n in names])
+    return host(np.stack([((clean[n] - corrupted[n]) * grads[n]).sum(-1).sum(0) for n in names]))  # on the host
 
 
 # ============================================================================
@@ -598,7 +603,7 @@ def head_scores(params, hparams, ids, pattern, splice=None):
     names = [f"blocks.{i}.attn.hook_pattern" for i in range(hparams["n_layer"])]
     hooks, sae = spliced(splice)
     _, cache = run_with_cache(ids[None], params, hparams, names=names, sae=sae, hooks=hooks)
-    weights = np.stack([cache[n][0] for n in names])  # [L, H, T, T]
+    weights = host(np.stack([cache[n][0] for n in names]))  # [L, H, T, T], read on the host
     return ((weights * detection).sum((-1, -2)) / weights.sum((-1, -2))).astype(np.float32)
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from backward import forward_backward
 from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax, softmax
+from plumbing.device import host
 from plumbing.errors import UserError
 from plumbing.parallel import reused
 
@@ -70,14 +71,14 @@ def pooled_positions(ids, pad_id):
 
 def pool(x, positions):
     """Each row's hidden state at its position.   x [B, T, C], positions [B] -> [B, C]"""
-    return x[np.arange(len(x)), positions]
+    return x[np.arange(len(x), like=x), np.asarray(positions, like=x)]  # the indices where x is (a GPU's?)
 
 
 def pool_backward(dpooled, positions, T):
     """pool backwards: the gradient goes back to each row's one position, 0 at every other.
     dpooled [B, C] -> dx [B, T, C]"""
-    dx = np.zeros((len(dpooled), T, dpooled.shape[-1]), dpooled.dtype)
-    dx[np.arange(len(dpooled)), positions] = dpooled
+    dx = np.zeros((len(dpooled), T, dpooled.shape[-1]), dpooled.dtype, like=dpooled)
+    dx[np.arange(len(dpooled), like=dx), np.asarray(positions, like=dx)] = dpooled
     return dx
 
 
@@ -96,13 +97,13 @@ def classifier_logits(ids, params, hparams, pad_id):
 
 def label_loss(logits, labels):
     """-mean log softmax(logits)[label] over the batch.   logits [B, K], labels [B]"""
-    return -float(np.mean(log_softmax(logits)[np.arange(len(labels)), labels]))
+    return -float(np.mean(log_softmax(logits)[np.arange(len(labels), like=logits), np.asarray(labels, like=logits)]))
 
 
 def label_loss_backward(logits, labels):
     """d loss / d logits = (softmax(logits) - onehot(label)) / B.   [B, K] -> [B, K]"""
     d = softmax(logits)
-    d[np.arange(len(labels)), labels] -= 1.0
+    d[np.arange(len(labels), like=d), np.asarray(labels, like=d)] -= 1.0
     return d / len(labels)
 
 
@@ -121,14 +122,14 @@ def classifier_loss_and_grads(ids, labels, params, hparams, pad_id, p_drop=0.0, 
         h = pool(xf, positions)  # [B, C]
         logits = h @ params["score"].T  # [B, K]
         dlogits = label_loss_backward(logits, labels)
-        dwte = None if frozen else reused(buffers, "dwte", params["wte"].shape, np.float32)
+        dwte = None if frozen else reused(buffers, "dwte", params["wte"].shape, np.float32, like=params["wte"])
         if dwte is not None:  # the tied output layer is not used: wte's gradient is the gather's alone
             dwte.fill(0.0)  # kept between steps, it costs one pass of writes; fresh, the OS's page faults too
         dxf = pool_backward(dlogits @ params["score"], positions, ids.shape[1])
         return label_loss(logits, labels), dxf, dwte, (dlogits.T @ h, logits)
 
     loss, grads, (dscore, logits) = forward_backward(ids, params, hparams, head, p_drop, rng, frozen)
-    return loss, grads | {"score": dscore}, float(np.mean(logits.argmax(axis=-1) == labels))
+    return loss, grads | {"score": dscore}, float(np.mean(logits.argmax(axis=-1) == np.asarray(labels, like=logits)))
 
 
 # ============================================================================
@@ -153,5 +154,5 @@ def classify_texts(texts, encoder, params, hparams, pad_id, batch_size=8):
         ids = np.full((len(part), max(len(r) for r in part)), 0 if pad_id is None else pad_id, np.int64)
         for b, r in enumerate(part):
             ids[b, :len(r)] = r
-        out.append(classifier_logits(ids, params, hparams, pad_id))
+        out.append(host(classifier_logits(ids, params, hparams, pad_id)))  # [B, K] numbers, on the host
     return np.concatenate(out) if out else np.zeros((0, len(params["score"])), np.float32)

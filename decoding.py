@@ -54,6 +54,7 @@ import numpy as np
 
 from gpt2_numpy import (check_sampling, checked_prompt, gpt2, is_whole_number, log_softmax, new_kv_cache, no_hook,
                         penalized, sample_next, sampling_probs, stop_string_end)
+from plumbing.device import host  # the logits to the host, where the draws and the beams' choices are made
 from plumbing.errors import UserError
 
 # ============================================================================
@@ -81,7 +82,8 @@ def follow_beams(kv_cache, parents):
     """Each beam's keys and values go where the beam goes: every layer's row i becomes row parents[i], a
     gather on the batch axis (the prompt's one row becomes K at the first step). Nothing is recomputed."""
     for kv in kv_cache:
-        kv["k"], kv["v"] = kv["k"][parents], kv["v"][parents]
+        at = np.asarray(parents, like=kv["k"])  # where the cache is (a GPU's, or the host's)
+        kv["k"], kv["v"] = kv["k"][at], kv["v"][at]
 
 
 def beam_search(ids, params, hparams, n_tokens=40, num_beams=4, length_penalty=1.0, early_stopping=False,
@@ -97,8 +99,8 @@ def beam_search(ids, params, hparams, n_tokens=40, num_beams=4, length_penalty=1
         raise UserError("must be at least 1 for beam search: the beams are the new tokens", arg="n_tokens")
     prompt, k = checked_prompt(ids, params, hparams, n_tokens, stop), num_beams
     stop_strings = [s.encode("utf-8") for s in stop_strings]
-    kv_cache = new_kv_cache(hparams, 1, len(prompt) + n_tokens)
-    logits = gpt2(prompt[None], params, hparams, kv_cache, last_only=True)[:, -1]  # [1, V]: the prompt, once
+    kv_cache = new_kv_cache(hparams, 1, len(prompt) + n_tokens, like=params["wte"])
+    logits = host(gpt2(prompt[None], params, hparams, kv_cache, last_only=True)[:, -1])  # [1, V]: the prompt, once
     seqs, scores = prompt[None], np.zeros(1, np.float32)  # the open beams: ids (prompt included), summed log p
     texts = [b"".join(token_bytes[i] for i in prompt)] if stop_strings else None
     finished = []  # [(score, new ids)], best first, at most k
@@ -123,7 +125,7 @@ def beam_search(ids, params, hparams, n_tokens=40, num_beams=4, length_penalty=1
         seqs = np.concatenate([seqs[beams[go_on]], tokens[go_on, None]], axis=1)
         texts = [texts[i] for i in go_on] if stop_strings else None
         follow_beams(kv_cache, beams[go_on])
-        logits = gpt2(tokens[go_on, None], params, hparams, kv_cache, last_only=True)[:, -1]  # [k, V]
+        logits = host(gpt2(tokens[go_on, None], params, hparams, kv_cache, last_only=True)[:, -1])  # [k, V]
     return [(new, score) for score, new in finished[:num_return_sequences]]
 
 
@@ -236,7 +238,7 @@ def model_draft(seq, draft, draft_cache, k, sampling, rng):
     drafted, q = [], []
     new = seq[draft_cache[0]["n"]:]
     for _ in range(k):
-        logits = gpt2(np.array([new]), params, hparams, draft_cache, last_only=True)[:, -1]  # [1, V]
+        logits = host(gpt2(np.array([new]), params, hparams, draft_cache, last_only=True)[:, -1])  # [1, V]
         probs = token_probs(logits, **sampling)  # [1, V]
         new = [int(draw(probs, rng)[0])]
         drafted += new
@@ -270,16 +272,16 @@ def draft_steps(seq, params, hparams, n_tokens, rng, sampling, stop, hook, watch
     the tokens that stand and adds one of the model's; both caches forget the positions of the tokens
     that fell. The model's cache holds every token but the last, which each round's pass reads first."""
     n_vocab, end = params["wte"].shape[0], len(seq) + n_tokens
-    kv_cache = new_kv_cache(hparams, 1, end)
+    kv_cache = new_kv_cache(hparams, 1, end, like=params["wte"])
     if len(seq) > 1:  # the prompt but its last token, which the first round's pass reads with the draft's
         gpt2(np.array([seq[:-1]]), params, hparams, kv_cache, last_only=True, hook=hook)
-    draft_cache = None if draft == "lookup" else new_kv_cache(draft[1], 1, end)
+    draft_cache = None if draft == "lookup" else new_kv_cache(draft[1], 1, end, like=draft[0]["wte"])
     counts.update(proposed=0, accepted=0)
     while len(seq) < end:
         room = min(k, end - len(seq) - 1)  # a round adds up to k + 1 tokens, and no more than are asked for
         drafted, q = lookup_draft(seq, room, n_vocab) if draft == "lookup" else \
             model_draft(seq, draft, draft_cache, room, sampling, rng)
-        logits = gpt2(np.array([seq[-1:] + drafted]), params, hparams, kv_cache, hook=hook)[0]  # [k + 1, V]
+        logits = host(gpt2(np.array([seq[-1:] + drafted]), params, hparams, kv_cache, hook=hook)[0])  # [k + 1, V]
         new = verify(drafted, token_probs(logits, **sampling), q, rng)
         counts["proposed"] += len(drafted)
         counts["accepted"] += len(new) - 1

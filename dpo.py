@@ -30,6 +30,7 @@ from backward import forward_backward, training_forward
 from bpe import ENDOFTEXT
 from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax, softmax
 from plumbing import corpus
+from plumbing.device import host
 from plumbing.errors import UserError
 from plumbing.parallel import reused
 
@@ -135,8 +136,9 @@ def completion_logps(ids, mask, params, hparams):
     pass only. ids, mask [2P, T] -> [2P]"""
     scored = completion_positions(mask)
     x = gpt2_hidden(checked_ids(ids, params), params, hparams)
-    per_token, _ = token_logps(x[scored], params["wte"], ids[:, 1:][scored[:, :-1]])
-    return sequence_logps(per_token, scored)
+    on, next_ids = (np.asarray(a, like=x) for a in (scored, ids[:, 1:][scored[:, :-1]]))  # where x is (a GPU's?)
+    per_token, _ = token_logps(x[on], params["wte"], next_ids)
+    return sequence_logps(host(per_token), scored)
 
 
 def batch_logps(ids, mask, params, hparams):
@@ -146,8 +148,9 @@ def batch_logps(ids, mask, params, hparams):
     makes a reference that is the policy give exactly r = 0.   ids, mask [2P, T] -> [2P]"""
     ids, scored = checked_ids(ids, params), completion_positions(mask)
     _, top = training_forward(ids, params, hparams)
-    per_token, _ = token_logps(top["ln_f"][scored], params["wte"], ids[:, 1:][scored[:, :-1]])
-    return sequence_logps(per_token, scored)
+    on, next_ids = (np.asarray(a, like=top["ln_f"]) for a in (scored, ids[:, 1:][scored[:, :-1]]))  # where x is
+    per_token, _ = token_logps(top["ln_f"][on], params["wte"], next_ids)
+    return sequence_logps(host(per_token), scored)
 
 
 def pair_logps(pairs, params, hparams, context, pad_id, batch_size=8):
@@ -244,7 +247,7 @@ def weighted_logits_grad(logits, next_ids, row_weights):
     """d loss / d logits = w_b (softmax(logits) - onehot(next id)) at each scored position, its row's
     weight w_b.   logits [N, V], next_ids [N], row_weights [N] -> [N, V]"""
     d = softmax(logits)
-    d[np.arange(len(next_ids)), next_ids] -= 1.0
+    d[np.arange(len(next_ids), like=next_ids), next_ids] -= 1.0
     d *= row_weights[:, None]
     return d
 
@@ -259,16 +262,18 @@ def loss_and_grads(ids, mask, ref_logps, params, hparams, beta, loss_type="sigmo
     scored = completion_positions(mask)
 
     def head(xf):  # ln_f's output [2P, T, C] -> the loss, its gradient, wte's head part, TRL's metrics
-        x, next_ids = xf[scored], ids[:, 1:][scored[:, :-1]]  # [N, C], [N]: the completions' positions
+        on = np.asarray(scored, like=xf)  # the positions, where the activations are (a GPU's, or the host's)
+        x, next_ids = xf[on], np.asarray(ids[:, 1:][scored[:, :-1]], like=xf)  # [N, C], [N]: the completions'
         per_token, logits = token_logps(x, params["wte"], next_ids)
-        loss, weights, metrics = dpo_loss(sequence_logps(per_token, scored), ref_logps, completion_lengths(mask),
-                                          beta, loss_type)
+        loss, weights, metrics = dpo_loss(sequence_logps(host(per_token), scored), ref_logps,
+                                          completion_lengths(mask), beta, loss_type)  # on the host: [2P] numbers
         weights[np.abs(weights) < NEGLIGIBLE] = 0.0  # no subnormal products (NEGLIGIBLE)
-        dlogits = weighted_logits_grad(logits, next_ids, weights[np.nonzero(scored)[0]])  # [N, V]
+        dlogits = weighted_logits_grad(logits, next_ids, np.asarray(weights[np.nonzero(scored)[0]], like=xf))
         dxf = np.zeros_like(xf)
-        dxf[scored] = dlogits @ params["wte"]  # logits = x wteᵀ: dx = dlogits wte
+        dxf[on] = dlogits @ params["wte"]  # logits = x wteᵀ: dx = dlogits wte
         # wte's gradient: the head's part, dlogitsᵀ x, in a buffer kept between steps (the backward adds the gather's)
-        dwte = None if frozen else np.matmul(dlogits.T, x, out=reused(buffers, "dwte", params["wte"].shape, x.dtype))
+        dwte = None if frozen else np.matmul(dlogits.T, x, out=reused(buffers, "dwte", params["wte"].shape, x.dtype,
+                                                                      like=x))
         return loss, dxf, dwte, metrics
 
     return forward_backward(ids, params, hparams, head, p_drop, rng, frozen)

@@ -34,6 +34,7 @@ import re
 import numpy as np
 
 from gpt2_numpy import checked_ids, gpt2_hidden, token_logprobs
+from plumbing.device import host
 from plumbing.errors import UserError
 
 BATCH_SIZE = 8  # requests in one forward pass, at most
@@ -116,8 +117,8 @@ def score_batch(requests, params, hparams):
     for s in range(0, len(rows), OUTPUT_LAYER_ROWS):  # the output layer a chunk of rows at a time: memory stays small
         chunk = slice(s, s + OUTPUT_LAYER_ROWS)
         logits = rows[chunk] @ params["wte"].T  # [OUTPUT_LAYER_ROWS, V]
-        logprobs[chunk] = token_logprobs(logits, targets[chunk])
-        argmax[chunk] = logits.argmax(axis=-1)
+        logprobs[chunk] = host(token_logprobs(logits, targets[chunk]))  # [M] numbers: read on the host
+        argmax[chunk] = host(logits.argmax(axis=-1))
     ends = np.cumsum([len(t) for _, t in requests])
     return [(lp, bool(np.all(am == t))) for lp, am, t in
             zip(np.split(logprobs, ends[:-1]), np.split(argmax, ends[:-1]), np.split(targets, ends[:-1]))]

@@ -14,6 +14,8 @@ interface/loading.py's work. The model needs NumPy alone, and knows nothing of e
 Arrays are float32. Shapes: B batch, T positions, C = n_embd, H = n_head, D = C / H (a head's width), V =
 n_vocab. Names follow OpenAI's checkpoint (wte, wpe, ln_1, c_attn, c_proj, ln_2, c_fc, ln_f), so the code and
 the checkpoint explain each other; hparams are hparams.json's (and a Hugging Face config's layer_norm_epsilon).
+On a GPU the lines run as written: NumPy hands np.exp(x) or x @ w to x's own __array_ufunc__ (NEP 13), np.split to
+its __array_function__ (NEP 18), and a CuPy array runs its kernels; the few lines that know say why (docs/gpu.md).
 
 Hooks: each activation passes through hook(name, array), which returns the array to go on with (no_hook:
 unchanged); look_inside.py passes its own, so the forward pass is written once, here. Plain first: a fast form
@@ -28,6 +30,7 @@ import math
 
 import numpy as np
 
+from plumbing.device import host  # a GPU's array copied back to the host (NumPy alone until a GPU is asked for)
 from plumbing.errors import UserError, plural  # a ValueError the command line prints as one line (standard library)
 from plumbing.shapes import LAYER_NORM_EPS  # GPT-2's facts (standard library only)
 
@@ -126,20 +129,19 @@ def merge_heads(x):
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * D)
 
 
-def causal_mask(n):
-    """0 where query i may look at key j (j <= i), -inf where j is in its future.   [n, n]"""
-    return np.triu(np.full((n, n), -np.inf, dtype=np.float32), k=1)
+def causal_mask(n, like=None):
+    """0 where query i may look at key j (j <= i), -inf where j is in its future.   [n, n], of like's kind"""
+    return np.triu(np.full((n, n), -np.inf, dtype=np.float32, like=like), k=1)
 
 
 def attention_scores(q, k):
-    """q kᵀ / √D + mask: how well each query matches each key.
-    q [B, H, Tq, D], k [B, H, Tk, D] -> [B, H, Tq, Tk]
+    """q kᵀ / √D + mask: how well each query matches each key.   q [B, H, Tq, D], k [B, H, Tk, D] -> [B, H, Tq, Tk]
     The queries are the last Tq of the Tk positions (the earlier keys may come from
     the cache): they see every earlier key, so only the last Tq keys need the mask."""
     n_queries = q.shape[-2]
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.swapaxes(-1, -2)
     if n_queries > 1:  # a single query is the newest position: it may see every key
-        scores[..., -n_queries:] += causal_mask(n_queries)
+        scores[..., -n_queries:] += causal_mask(n_queries, like=scores)
     return scores
 
 
@@ -160,19 +162,18 @@ def blocked_attention(q, k, v, block=128):
     n_queries, n_past = q.shape[-2], k.shape[-2] - q.shape[-2]
     if n_queries <= block:
         return attention(q, k, v)
-    out = np.empty(q.shape, dtype=q.dtype)
+    out = np.empty_like(q)  # of q's kind: NumPy's, or a GPU's
     for start in range(0, n_queries, block):
         end = min(start + block, n_queries)
         out[..., start:end, :] = attention(q[..., start:end, :], k[..., :n_past + end, :], v[..., :n_past + end, :])
     return out
 
 
-def new_kv_cache(hparams, batch, length):
+def new_kv_cache(hparams, batch, length, like=None):
     """Room for `length` positions of keys and values in every layer, and how many are filled.
-    Per layer: {"k": [B, H, length, D], "v": [B, H, length, D], "n": 0}"""
-    H = hparams["n_head"]
-    shape = (batch, H, length, hparams["n_embd"] // H)
-    return [{"k": np.empty(shape, np.float32), "v": np.empty(shape, np.float32), "n": 0}
+    Per layer: {"k": [B, H, length, D], "v": [B, H, length, D], "n": 0}, arrays of like's kind (the weights')"""
+    shape = (batch, hparams["n_head"], length, hparams["n_embd"] // hparams["n_head"])
+    return [{"k": np.empty(shape, np.float32, like=like), "v": np.empty(shape, np.float32, like=like), "n": 0}
             for _ in range(hparams["n_layer"])]
 
 
@@ -228,7 +229,7 @@ def block_hook(hook, i):
 def embed(ids, wte, wpe, start=0, hook=no_hook):
     """The model's input: each token's row of wte plus its position's row of wpe, positions counted from
     `start` (the tokens already in the KV cache). Each part passes through hook ("wte", "wpe").   [B, T] -> [B, T, C]"""
-    return hook("wte", wte[ids]) + hook("wpe", wpe[start:start + ids.shape[1]])
+    return hook("wte", wte[np.asarray(ids, like=wte)]) + hook("wpe", wpe[start:start + ids.shape[1]])  # like=: NEP 35
 
 
 def gpt2_hidden(ids, params, hparams, kv_cache=None, last_only=False, hook=no_hook):
@@ -243,9 +244,8 @@ def gpt2_hidden(ids, params, hparams, kv_cache=None, last_only=False, hook=no_ho
 def gpt2(ids, params, hparams, kv_cache=None, last_only=False, hook=no_hook):
     """Token ids -> next-token logits at each position.
     wte[ids] + wpe[positions] -> blocks -> ln_f -> x @ wteᵀ
-    ids [B, T] -> logits [B, T, V]; only the last position with last_only. One sequence, ids [T],
-    is taken as a batch of one and gives [T, V]. With a kv_cache, ids are the positions after those
-    already cached."""
+    ids [B, T] -> logits [B, T, V]; only the last position with last_only. One sequence, ids [T], is taken
+    as a batch of one and gives [T, V]. With a kv_cache, ids are the positions after those already cached."""
     ids = checked_ids(ids, params, kv_cache[0]["n"] if kv_cache else 0)
     if ids.ndim == 1:  # one sequence: the caller's shorthand, as a batch of one
         return gpt2(ids[None], params, hparams, kv_cache, last_only, hook)[0]
@@ -367,8 +367,8 @@ def generate_steps(batch, params, hparams, n_tokens, rng, sampling, stop, hook, 
     B, T = batch.shape
     seqs = np.concatenate([batch, np.zeros((B, n_tokens), batch.dtype)], axis=1)  # what the penalties look back on
     texts = [b"".join(token_bytes[i] for i in batch[0])] * B if stop_strings else None
-    kv_cache = new_kv_cache(hparams, B, T + n_tokens)
-    logits = gpt2(batch, params, hparams, kv_cache, last_only=True, hook=hook)[:, -1]  # [B, V]
+    kv_cache = new_kv_cache(hparams, B, T + n_tokens, like=params["wte"])
+    logits = host(gpt2(batch, params, hparams, kv_cache, last_only=True, hook=hook)[:, -1])  # [B, V], drawn on the host
     done = np.zeros(B, dtype=bool)
     for step in range(n_tokens):
         logits = penalized(logits, seqs[:, :T + step], **rules)
@@ -383,7 +383,7 @@ def generate_steps(batch, params, hparams, n_tokens, rng, sampling, stop, hook, 
         done |= next_ids == stop
         if done.all() or step == n_tokens - 1:
             return
-        logits = gpt2(next_ids[:, None], params, hparams, kv_cache, last_only=True, hook=hook)[:, -1]
+        logits = host(gpt2(next_ids[:, None], params, hparams, kv_cache, last_only=True, hook=hook)[:, -1])
 
 
 # ============================================================================
@@ -398,7 +398,7 @@ def log_softmax(x):
 
 def token_logprobs(logits, targets):
     """log p(target) at each position: log softmax(logits)[target].   logits [..., V], targets [...] -> [...]"""
-    return np.take_along_axis(log_softmax(logits), np.asarray(targets)[..., None], -1)[..., 0]
+    return np.take_along_axis(log_softmax(logits), np.asarray(targets, like=logits)[..., None], -1)[..., 0]
 
 
 def next_token_loss(logits, targets):
@@ -417,7 +417,7 @@ def score(ids, params, hparams):
         raise UserError("scoring needs at least 2 tokens: the first one is only context")
     check_ids(ids, params["wte"].shape[0], len(ids) - 1, params["wpe"].shape[0])  # the last token is only predicted
     logits = gpt2(ids[None, :-1], params, hparams)[0]  # [T-1, V]
-    logprobs = token_logprobs(logits, ids[1:])  # [T-1]
+    logprobs = host(token_logprobs(logits, ids[1:]))  # [T-1], on the host
     loss = float(-logprobs.mean())  # next_token_loss(logits, ids[1:]), without computing the logprobs again
     return logprobs, loss, math.exp(loss)
 

@@ -31,6 +31,7 @@ import re
 import numpy as np
 
 from gpt2_numpy import gpt2, layer_norm, layer_norm_eps, log_softmax, matmul, next_token_loss, softmax
+from plumbing.device import host, on_device
 from plumbing.errors import UserError
 from plumbing.memory import available_memory, check_fits
 from plumbing.shapes import block_index
@@ -65,7 +66,7 @@ def shown(name, x):
 
 def taken_back(name, x):
     """A hook's replacement, back in the model's layout; float32, as everything the model makes."""
-    x = np.asarray(x, dtype=np.float32)
+    x = x.astype(np.float32, copy=False) if on_device(x) else np.asarray(x, dtype=np.float32)  # a GPU's stays there
     if name == "wpe" and x.ndim == 3 and len(x) == 1:  # shown as [1, T, C]: the model's is [T, C]
         return x[0]
     return x.swapaxes(1, 2) if name.split(".", 1)[-1] in HEADS_SECOND else x
@@ -271,7 +272,7 @@ def logit_lens(ids, params, hparams, target=None, run=None):
 def next_token_table(logits, k):
     """The k most likely next tokens: (ids [k], probs [k], logprobs [k]), most likely first.
     logits [V] at one position (as TransformerLens's test_prompt shows them)."""
-    logprobs = log_softmax(np.asarray(logits, dtype=np.float32))
+    logprobs = log_softmax(np.asarray(host(logits), dtype=np.float32))  # [V]: read on the host
     top = np.argsort(-logprobs, kind="stable")[:k]
     return top, np.exp(logprobs[top]), logprobs[top]
 

@@ -8,13 +8,15 @@
                       chunks on all the cores, clipping folded in; a test holds it equal
 
 Parameters, gradients and moments are dicts of arrays shaped like the model's params
-(shapes.flatten names each tensor, e.g. "blocks/0/attn/c_attn/w").
+(shapes.flatten names each tensor, e.g. "blocks/0/attn/c_attn/w"). On a GPU (plumbing/device.py)
+they are CuPy's arrays and the same lines run there; adamw_step_fast then takes each tensor whole,
+in one fused kernel (plumbing/device.py's adamw_twin) instead of fourteen launches.
 """
 import math
 
 import numpy as np
 
-from plumbing import shapes
+from plumbing import device, shapes
 from plumbing.parallel import CHUNK, shared_among_cores
 
 
@@ -123,12 +125,16 @@ def adamw_step_fast(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, 
     state["step"] += 1
     t = state["step"]
     flat_grads, jobs = shapes.flatten(grads), []
+    on_gpu = device.on_device(flat_grads[next(iter(flat_grads))])  # then a tensor is one chunk, one kernel
     for name, p in shapes.flatten(params).items():
         decay = lr * weight_decay if decays(name) else 0.0
         settings = (lr, decay, beta1, beta2, eps, 1.0 - beta1 ** t, 1.0 - beta2 ** t)
         p, grad, m, v = (a.reshape(-1) for a in (p, flat_grads[name], state["m"][name], state["v"][name]))
-        jobs += [(p[i:i + CHUNK], grad[i:i + CHUNK], m[i:i + CHUNK], v[i:i + CHUNK], settings)
-                 for i in range(0, p.size, CHUNK)]  # views: every array is contiguous
+        n = p.size if on_gpu else CHUNK
+        jobs += [(p[i:i + n], grad[i:i + n], m[i:i + n], v[i:i + n], settings)
+                 for i in range(0, p.size, n)]  # views: every array is contiguous
+    if on_gpu:
+        return adamw_step_on_device(jobs, grad_scale)
 
     def work(share):
         tmp, scaled = np.empty(CHUNK, np.float32), np.empty(CHUNK, np.float32)
@@ -138,3 +144,17 @@ def adamw_step_fast(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, 
             adamw_update_fast(p, grad, m, v, tmp[:p.size], *settings)
 
     shared_among_cores(work, jobs)
+
+
+def adamw_step_on_device(jobs, grad_scale):
+    """adamw_step_fast's jobs on a GPU: a tensor each, its update one fused kernel (plumbing/device.py's
+    adamw_twin, the same equation) where the device has fuse, else adamw_update_fast's calls, whole."""
+    fused = device.adamw_twin_for(device.module_of(jobs[0][0]))
+    for p, grad, m, v, settings in jobs:
+        if fused:
+            lr, decay, beta1, beta2, eps, correction1, correction2 = settings
+            scalars = (decay, beta1, beta2, eps, lr / correction1, 1.0 / math.sqrt(correction2), grad_scale)
+            # as float32: to the kernel a Python float is a double, and it would compute and return float64
+            p[...], m[...], v[...] = fused(p, grad, m, v, *map(np.float32, scalars))
+        else:
+            adamw_update_fast(p, grad * grad_scale, m, v, np.empty_like(p), *settings)

@@ -618,7 +618,7 @@ def gather(ids, params, hparams, site, hooks=None):
         def keep(x, name):
             changed = before(x, name)  # None: x as it is
             x = x if changed is None else changed
-            kept[name] = np.array(x, dtype=np.float32)  # a copy: the forward pass goes on with x
+            kept[name] = x.astype(np.float32)  # a copy (where x is: a GPU's too): the forward pass goes on with x
             return x
 
         return keep
@@ -848,6 +848,7 @@ def evaluate_batch(rows, params, hparams, sae, special, hooks=None):
     explained variance is its output's, of the activation where it writes (which the ablation zeroes)."""
     site, out, hooks = hook_name(sae), hook_name_out(sae), hooks or {}
     mask = ~np.isin(rows, list(special))  # [B, T]
+    mask, next_ids = (np.asarray(a, like=params["wte"]) for a in (mask, rows[:, 1:, None]))  # where the model is
     x, target = (a[mask] for a in gather(rows, params, hparams, [site, out], hooks))  # [n, d_in], [n, d_out]
     x_hat, f, _ = forward(x, sae)
     x = target  # what the SAE is to rebuild: its input, or a transcoder's output activation
@@ -858,7 +859,7 @@ def evaluate_batch(rows, params, hparams, sae, special, hooks=None):
     predicts = mask[:, :-1]  # CE: the positions that predict a next token, from a kept token
     per_token = {"l0": (f != 0).sum(-1).astype(np.float64)}
     for k, logprobs in runs.items():
-        next_logprob = np.take_along_axis(logprobs[:, :-1], rows[:, 1:, None], -1)[..., 0]  # [B, T-1]
+        next_logprob = np.take_along_axis(logprobs[:, :-1], next_ids, -1)[..., 0]  # [B, T-1]
         per_token[f"ce_loss_{k}"] = -next_logprob[predicts]
         if k != "without_sae":
             per_token[f"kl_div_{k}"] = kl_divergence(runs["without_sae"], logprobs)[mask]

@@ -32,6 +32,7 @@ import numpy as np
 
 import gpt2_numpy as g
 from look_inside import model_hook
+from plumbing.device import host
 from plumbing.errors import UserError, plural
 from sae import site_layer
 
@@ -51,7 +52,7 @@ def activations(ids, params, hparams, names):
     kept = {}
 
     def keep(x, name):
-        kept[name] = np.array(x[0], dtype=np.float32)  # a copy: the forward pass goes on with x
+        kept[name] = np.array(host(x[0]), dtype=np.float32)  # a copy, on the host: the forward pass goes on with x
 
     last = max(site_layer(name, hparams["n_layer"]) for name in names)
     g.gpt2_hidden(ids, {**params, "blocks": params["blocks"][:last + 1]}, hparams,
@@ -101,7 +102,7 @@ def act_add(x, vector):
         raise UserError(f"the prompt has {plural(x.shape[1], 'token')}, fewer than the steering prompts' {n}: "
                         "ActAdd adds to the prompt's first n positions")
     x = x.copy()
-    x[:, :n] += vector
+    x[:, :n] += np.asarray(vector, like=x)  # the vector where x is (a GPU's, or the host's)
     return x
 
 
@@ -180,8 +181,8 @@ def vector_hooks(vectors, multiplier=1.0, min_token_index=0):
         def hook(x, name):  # [B, T, C]
             start = seen["n"]
             seen["n"] += x.shape[1]
-            at = np.arange(start, seen["n"]) >= min_token_index  # [T]
-            return x + np.float32(multiplier) * v * at[:, None].astype(np.float32)
+            at = np.arange(start, seen["n"], like=x) >= min_token_index  # [T], where x is
+            return x + np.float32(multiplier) * np.asarray(v, like=x) * at[:, None].astype(np.float32)
         return hook
 
     return {f"blocks.{layer}.hook_resid_post": steer(np.asarray(v, np.float32), {"n": 0})
@@ -203,7 +204,7 @@ def latent_vector(sae, latent, alpha):
 
 def add_everywhere_hooks(vector, name):
     """vector [d] added at hook point `name` at every position of every pass."""
-    return {name: lambda x, _: x + vector}
+    return {name: lambda x, _: x + np.asarray(vector, like=x)}  # the vector where x is
 
 
 # ============================================================================
@@ -228,7 +229,8 @@ def generate_steered(prompt, params, hparams, make_hooks, n_tokens=40, temperatu
 def recomputed_steps(ids, params, hparams, make_hooks, n_tokens, sampling, rng, stop):
     """generate_steered's loop without a cache, on a checked prompt."""
     for _ in range(n_tokens):
-        logits = g.gpt2(np.array(ids)[None], params, hparams, last_only=True, hook=model_hook(make_hooks()))[:, -1]
+        hook = model_hook(make_hooks())
+        logits = host(g.gpt2(np.array(ids)[None], params, hparams, last_only=True, hook=hook)[:, -1])  # drawn here
         next_id = g.sample_next(logits, rng, **sampling)  # [1]
         yield next_id
         ids.append(int(next_id[0]))
@@ -238,4 +240,4 @@ def recomputed_steps(ids, params, hparams, make_hooks, n_tokens, sampling, rng, 
 
 def steered_logits(ids, params, hparams, hooks):
     """One pass over a whole text with the steering hooks in it.   ids [T] -> [T, V]"""
-    return g.gpt2(np.asarray(ids)[None], params, hparams, hook=model_hook(hooks))[0]
+    return host(g.gpt2(np.asarray(ids)[None], params, hparams, hook=model_hook(hooks))[0])  # on the host

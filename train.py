@@ -52,6 +52,7 @@ from parameters import init_params
 from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate, new_adamw_state
 import parameters
 from plumbing import classifier_files, corpus, peft_adapter, shapes
+from plumbing.device import free_bytes, host, to_device, to_host
 from plumbing.checkpoint import check_writable, write_checkpoint
 from plumbing.errors import UserError, ctrl_c_waits, plural
 from plumbing.memory import available_memory, check_fits
@@ -374,7 +375,7 @@ def label_validation(params, hparams, data, recipe, batch_size=8):
     rows, losses, right = data["rows"], [], 0
     for start in range(0, len(rows), batch_size):
         x, labels = labelled_batch(rows, range(start, min(start + batch_size, len(rows))), data["pad_id"])
-        logits = classify.classifier_logits(x, params, hparams, data["pad_id"])
+        logits = host(classify.classifier_logits(x, params, hparams, data["pad_id"]))  # [B, K], read on the host
         losses.append(classify.label_loss(logits, labels) * len(labels))
         right += int((logits.argmax(-1) == labels).sum())
     return {"loss": sum(losses) / len(rows), "accuracy": right / len(rows)}
@@ -449,8 +450,9 @@ def reference_model(preference, start, hparams, encoder, start_folder=None):
 # ============================================================================
 
 def writable_copy(params):
-    """A writable float32 copy of params (the loaded ones are read-only views into the file)."""
-    return shapes.map_tensors(lambda a: np.array(a, dtype=np.float32), params)
+    """A writable float32 copy of params (the loaded ones are read-only views into the file), where they are
+    (like=: a GPU's arrays are copied on the GPU)."""
+    return shapes.map_tensors(lambda a: np.array(a, dtype=np.float32, like=a), params)
 
 
 def accumulate(total, grads):
@@ -730,7 +732,7 @@ def lora_adapters(params, lora, seed, saved=None):
 
 
 def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False, vocab_dir=None, quiet=False,
-           preference=None):
+           preference=None, xp=np):
     """Where a run's params and state come from. -> the run, as train takes it: {"params", "hparams",
     "encoder", "state", "train_data", "val_data", "recipe", "vocab_dir", "lora", "trained" (what AdamW steps),
     "log" (train_log.jsonl's lines so far)}.
@@ -744,7 +746,8 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
     paths (None: CORPUS). recipe: recipe_with's; a context of None is worked out here (with_context).
     The data's kind (plumbing/corpus.py tells it) is one of DATA_KINDS; labelled texts train a classifier
     (classify.py): a language model gets a new head. preference: PREFERENCE's settings, for preference
-    data (None: its defaults). Everything is checked before a weight is made or copied."""
+    data (None: its defaults). xp: the array module the run computes with (numpy; cupy: every weight, adapter
+    and moment on the GPU, plumbing/device.py). Everything is checked before a weight is made or copied."""
     documents, examples, kind = corpus.read_corpus(data or [CORPUS])
     head = None
     if kind == "preference" and new and not resume:
@@ -760,29 +763,33 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
         recipe = with_context(recipe, hparams)
     train_data, val_data = split_data(encoder, documents, examples, kind, recipe, head)
     check_run(hparams, recipe | ({"batch_size": 2 * recipe["batch_size"]} if kind == "preference" else {}), lora,
-              available_memory())  # 2 rows a pair
+              available_memory() if xp is np else free_bytes(xp))  # 2 rows a pair
+    if not (new and not resume):
+        params = to_device(params, xp)  # once, from the file's maps (numpy: they stay the maps)
     if kind == "preference":
         preference = PREFERENCE | (preference or {})
-        reference = reference_model(preference, params, hparams, encoder, base if resume and not lora else None)
+        reference = to_device(reference_model(preference, params, hparams, encoder,
+                                              base if resume and not lora else None), xp)
         train_data, val_data = (with_reference(part, reference, hparams, recipe["context"], encoder, preference,
                                                recipe["batch_size"], validation) for part, validation
                                 in ((train_data, False), (val_data, True)))
     if new and not resume:  # its weights are made once the run is known to fit
         print(parameter_table(hparams))  # even with --quiet: what is being trained
-        params = init_params(hparams, recipe["seed"])
+        params = to_device(init_params(hparams, recipe["seed"]), xp)
     elif lora:  # the weights stay the file's read-only maps: only the adapters are trained
         lora = lora | {"alpha": lora["alpha"] or float(lora["rank"])}  # PEFT's r = alpha = 8 is a scale of 1
-        lora["adapters"] = lora_adapters(params, lora, recipe["seed"], out if resume else None)
+        lora["adapters"] = to_device(lora_adapters(params, lora, recipe["seed"], out if resume else None), xp)
         params = with_adapters(params, lora["adapters"], lora["alpha"] / lora["rank"])
     else:
         params = writable_copy(params)
     if kind == "labelled":  # a classifier's head: the starting one, or new ones, normal(0, 0.02)
-        params["score"] = head["score"] if head else classify.new_score(len(train_data["labels"]), hparams["n_embd"],
-                                                                        recipe["seed"])
+        n_labels = len(train_data["labels"])
+        params["score"] = to_device(head["score"] if head else classify.new_score(n_labels, hparams["n_embd"],
+                                                                                  recipe["seed"]), xp)
     trained = lora["adapters"] if lora else params
     if lora and kind == "labelled":
         trained = trained | {"score": params["score"]}  # trained in full beside the adapters, as PEFT's SEQ_CLS
-    state = load_state(out, trained) if resume else new_adamw_state(trained)
+    state = to_device(load_state(out, trained), xp) if resume else new_adamw_state(trained)
     return {"params": params, "hparams": hparams, "encoder": encoder, "state": state, "train_data": train_data,
             "val_data": val_data, "recipe": recipe, "vocab_dir": vocab_dir, "lora": lora, "trained": trained,
             "log": read_log(out, state["step"]) if resume else []}
@@ -881,7 +888,7 @@ def validation_loss(params, hparams, val_rows, context, batches=4, batch_size=4)
                 example_batch(val_rows, rng.integers(0, len(val_rows), batch_size)))
         logits = gpt2(x, params, hparams)
         if (y == IGNORE).any():
-            logits, y = logits[y != IGNORE], y[y != IGNORE]
+            logits, y = logits[np.asarray(y != IGNORE, like=logits)], y[y != IGNORE]  # the mask where the logits are
         losses.append(next_token_loss(logits, y))
     return float(np.mean(losses))
 
@@ -897,18 +904,18 @@ def save(folder, run, config):
     merged model, and beside it the adapter in PEFT's format, from which --resume reads A and B back
     (their moments are in the optimizer's state)."""
     state, lora, params, data = run["state"], run["lora"], run["params"], run["train_data"]
-    moments = {f"m/{k}": a for k, a in state["m"].items()} | {f"v/{k}": a for k, a in state["v"].items()}
+    moments = to_host({f"m/{k}": a for k, a in state["m"].items()} | {f"v/{k}": a for k, a in state["v"].items()})
     extra = {STATE_FILE: lambda f: np.savez(f, step=np.int64(state["step"]), **moments),  # streamed, not copied
              CONFIG_FILE: json.dumps(config, indent=1).encode(),
              LOG_FILE: "".join(json.dumps(line) + "\n" for line in run["log"]).encode()}
     if "score" in params:
-        extra |= classifier_files.head_files(params["score"], data["labels"], data["pad_id"])
+        extra |= classifier_files.head_files(host(params["score"]), data["labels"], data["pad_id"])
         params = {k: v for k, v in params.items() if k != "score"}  # the checkpoint is GPT-2's tensors alone
     if lora:
-        extra |= peft_adapter.adapter_files(lora["adapters"], lora["alpha"], lora["targets"], lora["base"],
-                                            run["params"].get("score"))
+        extra |= peft_adapter.adapter_files(to_host(lora["adapters"]), lora["alpha"], lora["targets"], lora["base"],
+                                            host(run["params"].get("score")))
         params = merged_model(params)
-    write_checkpoint(folder, params, run["hparams"], vocab_dir=run["vocab_dir"], extra=extra)
+    write_checkpoint(folder, to_host(params), run["hparams"], vocab_dir=run["vocab_dir"], extra=extra)  # the host's
 
 
 def read_log(folder, step):

@@ -24,8 +24,9 @@ import numpy as np
 
 import circuits
 from interface import loading
-from interface.options import at_least, check_page_folder, folded, model_flags, sae_flags, sae_splice, threads_flag, \
-    user_message
+from interface.options import array_module, at_least, check_page_folder, device_flag, folded, model_flags, on_device, \
+    sae_flags, sae_splice, threads_flag, user_message
+from plumbing import device
 from plumbing.errors import UserError, exit_status, fail
 
 RANDOM = "random:"  # --text random:N: N random ids said twice
@@ -116,6 +117,7 @@ def parse_args(argv):
         sub.add_argument("--html", metavar="FILE", help="also write the result as a heatmap, one self-contained page")
         sub.add_argument("--quiet", action="store_true", help="no progress bars while a model downloads")
         threads_flag(sub)
+        device_flag(sub)
         sub.error = fail
     p.error = fail
     args = p.parse_args(argv)
@@ -143,8 +145,9 @@ def main(argv=None):
 
 def run(args):
     load = loading.load_body if args.command in ACTIVATIONS_ONLY else loading.load_model  # loading.py says why
+    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before the model is fetched
     encoder, hparams, params = load(args.model, args.models_dir, args.base_url, quiet=args.quiet)
-    params, (hooks, sae) = folded(args, params), sae_splice(args, hparams)  # ({}, None) unless --sae or centring
+    params, (hooks, sae) = on_device(xp, folded(args, params), args.model), sae_splice(args, hparams)  # ({}, None)
     args.splice = (hooks, sae) if hooks or sae else None
     outcome = EXPERIMENTS[args.command](args, encoder, params, hparams)
     if args.splice:
@@ -339,7 +342,7 @@ def run_dla(args, encoder, params, hparams):
 def latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clean_metric):
     """dla --by latent: every latent's share in the JSON ("values", [d_sae]; "top", the ids of the largest), the
     largest in the table."""
-    chosen = loading.load_sae(args.sae, args.models_dir, args.quiet)
+    chosen = device.to_device(loading.load_sae(args.sae, args.models_dir, args.quiet), array_module(args))
     values = circuits.dla_latents(params, hparams, clean, answer, wrong, chosen, args.splice)
     top = np.argsort(-np.abs(values), kind="stable")[:TOP_LATENTS].tolist()
     return result(tokens, values.tolist(), f"the {len(top)} latents of the largest share (f_i W_dec[i] at the last "

@@ -20,7 +20,7 @@ import classify
 import dpo
 import evaluate
 from interface import loading
-from interface.options import at_least, model_flags, threads_flag, user_message
+from interface.options import array_module, at_least, device_flag, model_flags, on_device, threads_flag, user_message
 from plumbing import classifier_files
 from plumbing.corpus import jsonl_objects, read_documents
 from plumbing.errors import UserError, exit_status, fail, read_text
@@ -39,6 +39,7 @@ def parse_args(argv):
     common.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     common.add_argument("--quiet", action="store_true", help="no progress display")
     threads_flag(common)
+    device_flag(common)
     p = argparse.ArgumentParser(prog="evaluate.py", allow_abbrev=False,
                                 description="Measure a GPT-2 as lm-eval and minicons do (docs/evaluating.md).")
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -80,7 +81,9 @@ def main(argv=None):
 
 
 def load(args):
-    return loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before the model is fetched
+    encoder, hparams, params = loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    return encoder, hparams, on_device(xp, params, args.model)
 
 
 def counter(args, total, unit):
@@ -229,8 +232,10 @@ def run_preference(args):
 
 def run_classify(args):
     texts, labels = labelled_lines(args.file, args.limit)
+    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before the model is fetched
     encoder, hparams, params, head = loading.load_classifier(args.model, args.models_dir, args.base_url,
                                                              quiet=args.quiet)
+    params = on_device(xp, params, args.model)
     names = head["labels"]
     numbers = [classifier_files.label_number(label, names) for label in labels or []]
     if None in numbers:

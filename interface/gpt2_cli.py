@@ -28,8 +28,8 @@ import look_inside
 import parameters
 from interface import loading
 from interface.bpe_cli import shown_token
-from interface.options import at_least, check_page_folder, folded, model_flags, number, sae_flags, sae_splice, \
-    threads_flag, user_message
+from interface.options import (array_module, at_least, check_page_folder, device_flag, folded, model_flags, number,
+                               on_device, sae_flags, sae_splice, threads_flag, user_message)
 from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
@@ -50,6 +50,7 @@ def parse_args(argv):
     model_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     threads_flag(p)
+    device_flag(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars, no speed report")
     for add_flags in (generate_flags, score_flags, trace_flags, look_inside_flags, params_flags, sae_flags):
         add_flags(p)  # each subcommand's flags are defined beside its printing, below
@@ -168,9 +169,10 @@ def run(args):
     """The reading or the generation the flags ask for, on the model they name."""
     if args.params is not None:
         return print_params(args.params, args.models_dir)
+    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before anything is fetched
     encoder, hparams, params, head = loading.load_model_or_classifier(args.model, args.models_dir, args.base_url,
                                                                       quiet=args.quiet)
-    params, splice = folded(args, params), sae_splice(args, hparams)  # ({}, None) unless --sae or centring
+    params, splice = on_device(xp, folded(args, params), args.model), sae_splice(args, hparams)  # ({}, None): no SAE
     if head and not args.trace:  # the activations are a classifier's too; its output is a label
         run_label(args, encoder, hparams, params, head)
     elif args.trace:
@@ -273,7 +275,7 @@ def load_draft(args, encoder, hparams):
     if draft_hparams["n_vocab"] != hparams["n_vocab"] or draft_encoder.token_bytes != encoder.token_bytes:
         raise UserError(f"--draft {args.draft} has another vocabulary than --model {args.model}: a draft must "
                         "share the model's tokens")
-    return draft_params, draft_hparams
+    return on_device(array_module(args), draft_params, args.draft), draft_hparams
 
 
 def start_ids(args, encoder):

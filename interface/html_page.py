@@ -15,7 +15,7 @@ import json
 import numpy as np
 
 import look_inside
-from plumbing import folders
+from plumbing import device, folders
 from plumbing.errors import UserError
 
 MAX_BYTES = 100_000_000  # past this, a browser struggles: the prompt should be shorter
@@ -56,8 +56,8 @@ def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT
     names = look_inside.lens_activations(L) + [f"blocks.{i}.attn.hook_pattern" for i in range(L)]
     logits, cache = look_inside.run_with_cache([ids], params, hparams, names=names, sae=sae, hooks=hooks)  # once
     title = f"{title}, the SAE at {sae[0]} spliced in" if sae else title
-    patterns = np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(L)])  # [L, H, T, T]
-    lens = look_inside.logit_lens([ids], params, hparams, run=(logits, cache))
+    patterns = device.host(np.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(L)]))  # [L, H, T, T]
+    lens = device.to_host(look_inside.logit_lens([ids], params, hparams, run=(logits, cache)))  # a page is the host's
     top, probs, logprobs = look_inside.next_token_table(logits[0, -1], n_next)
     data = page_data([encoder.decode([i]) for i in ids], patterns,
                      [[encoder.decode([int(i)]) for i in row] for row in lens["top"][:, 0]], lens["top_prob"][:, 0],

@@ -8,12 +8,15 @@ flags' own words, and a whole number from a flag.
     number                 an argparse type: a number ("--top-p must be a number, got 'x'")
     check_page_folder(f)   --html FILE's folder is there, before any work
     sae_flags(parser)      --sae, --use-error-term, --center-writing-weights, --fold-ln: an SAE spliced in (sae.py)
+    device_flag(parser)    --device cpu|gpu (else $GPT2_DEVICE): where the arrays live (plumbing/device.py)
+    array_module(args)     the flag's array module, numpy or cupy, once a GPU has answered: before any work
+    on_device(xp, params)  a model's params on that device, once they are known to fit there
 """
 import argparse
 import os
 
 from interface.start import THREADS
-from plumbing import shapes
+from plumbing import device, shapes
 from plumbing.errors import UserError, fail
 from plumbing.folders import MODELS_DIR_ENV
 
@@ -128,6 +131,33 @@ def sae_splice(args, hparams):
     hooks = sae.centring_hooks(hparams["n_layer"]) if args.center_writing_weights else {}
     if not args.sae:
         return hooks, None
-    chosen = loading.load_sae(args.sae, args.models_dir, getattr(args, "quiet", False))
+    chosen = device.to_device(loading.load_sae(args.sae, args.models_dir, getattr(args, "quiet", False)),
+                              array_module(args))  # where the model is
     sae.check_fits(chosen, hparams)
     return hooks, sae.splice(chosen, args.use_error_term)
+
+
+def device_name(text):
+    """An argparse type: cpu or gpu ("--device must be one of cpu, gpu, got 'tpu'")."""
+    if text not in device.DEVICES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(device.DEVICES)}, got {text!r}")
+    return text
+
+
+def device_flag(parser):
+    """--device: where the model computes. The GPU needs CuPy (requirements-gpu.txt); docs/gpu.md."""
+    parser.add_argument("--device", type=device_name, metavar="cpu|gpu",
+                        help=f"where the arrays live: cpu (NumPy) or gpu (CuPy, pip install -r requirements-gpu.txt; "
+                             f"docs/gpu.md) (default: ${device.DEVICE_ENV}, else cpu)")
+
+
+def array_module(args):
+    """The array module the command computes with: numpy, or cupy once a GPU has answered a probe. No CuPy,
+    no GPU, an unknown $GPT2_DEVICE: a UserError (one line, exit 2), before any work."""
+    return device.backend(device.chosen(getattr(args, "device", None)))
+
+
+def on_device(xp, params, what="the model"):
+    """params on xp's device (numpy: as they are), refused first if they do not fit in its free memory."""
+    device.check_fits(xp, device.tree_bytes(params), f"loading {what}")
+    return device.to_device(params, xp)

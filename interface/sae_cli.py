@@ -27,9 +27,9 @@ import numpy as np
 
 import sae as S
 from interface import loading
-from interface.options import (CENTRED_HELP, FOLD_LN_HELP, at_least, check_page_folder, folded, model_flags, number,
-                               threads_flag, user_message)
-from plumbing import sae_files
+from interface.options import (CENTRED_HELP, FOLD_LN_HELP, array_module, at_least, check_page_folder, device_flag,
+                               folded, model_flags, number, on_device, threads_flag, user_message)
+from plumbing import device, sae_files
 from plumbing.errors import (Terminated, UserError, ctrl_c_waits, exit_status, fail, given_flags, plural, read_json,
                              read_text)
 from plumbing.folders import check_new_folder, write_page
@@ -43,6 +43,7 @@ NORMALIZE = ("none", "expected_average_only_in", "constant_norm_rescale", "layer
 def common(p, data=True):
     model_flags(p)
     threads_flag(p)
+    device_flag(p)
     p.add_argument("--context", type=at_least(2), default=128, help="tokens a window, <|endoftext|> first "
                                                                     "(default 128)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -248,9 +249,10 @@ ACTIVATIONS_ONLY = ("train", "encode")  # eval's CE and KL, and features' promot
 def model(args):
     """-> (encoder, hparams, params, the hooks that run it as --center-writing-weights asks)"""
     load = loading.load_body if args.command in ACTIVATIONS_ONLY else loading.load_model  # loading.py says why
+    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before the model is fetched
     encoder, hparams, params = load(args.model, args.models_dir, args.base_url, quiet=args.quiet)
     hooks = S.centring_hooks(hparams["n_layer"]) if args.center_writing_weights else {}
-    return encoder, hparams, folded(args, params), hooks
+    return encoder, hparams, on_device(xp, folded(args, params), args.model), hooks
 
 
 def text_windows(encoder, path, context, params):
@@ -285,7 +287,7 @@ def training_data(args, encoder, params, hparams, hooks, site, d_in, needed):
     rows = rows[:-(-needed // rows.shape[1])]
     with meter(args, len(rows), "window") as bar:
         acts = S.gather_all(rows, params, hparams, site, progress=bar.update, hooks=hooks)
-    x = acts.reshape(-1, d_in)
+    x = device.host(acts).reshape(-1, d_in)  # on the host, as --activations' are: a batch at a time goes over
     return x[np.random.default_rng(args.seed).permutation(len(x))]
 
 
@@ -495,7 +497,7 @@ def resumed_state(out, sae, state):
 
 def evaluate(args):
     encoder, hparams, params, hooks = model(args)
-    sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
+    sae = device.to_device(loading.load_sae(args.sae, args.models_dir, args.quiet), array_module(args))
     S.check_fits(sae, hparams)
     rows = text_windows(encoder, args.data, args.context, params)
     with meter(args, len(rows), "window") as bar:
@@ -513,7 +515,7 @@ EVAL_ORDER = ("l0", "explained_variance", "ce_loss_with_sae", "ce_loss_without_s
 
 def encode(args):
     encoder, hparams, params, hooks = model(args)
-    sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
+    sae = device.to_device(loading.load_sae(args.sae, args.models_dir, args.quiet), array_module(args))
     site = S.check_fits(sae, hparams)
     ids = np.array([encoder.eot] + encoder.encode(args.text))[None, :params["wpe"].shape[0]]
     x, target = (a[0] for a in S.gather(ids, params, hparams, [site, S.hook_name_out(sae)], hooks))
@@ -537,7 +539,7 @@ def encode(args):
 
 def features(args):
     encoder, hparams, params, hooks = model(args)
-    sae = loading.load_sae(args.sae, args.models_dir, args.quiet)
+    sae = device.to_device(loading.load_sae(args.sae, args.models_dir, args.quiet), array_module(args))
     site = S.check_fits(sae, hparams)
     d_sae = sae["cfg"]["d_sae"]
     for i in args.feature or ():
@@ -547,7 +549,8 @@ def features(args):
     rows = text_windows(encoder, args.data, args.context, params)
     with meter(args, len(rows), "window") as bar:
         acts = S.gather_all(rows, params, hparams, site, progress=bar.update, hooks=hooks)
-    read = S.read_features(rows, acts, sae, params["wte"], chosen, k=args.k)
+    read = S.read_features(rows, device.host(acts), device.to_host(sae), device.host(params["wte"]), chosen,
+                           k=args.k)  # read on the host: sorting and small arrays
     word = lambda i: encoder.decode([int(i)])  # noqa: E731
     shown = [described(r, rows, word) for r in read]
     if args.html:

@@ -22,7 +22,7 @@ import numpy as np
 import gpt2_numpy as g
 import steer as S
 from interface import loading
-from interface.options import at_least, model_flags, number, threads_flag
+from interface.options import array_module, at_least, device_flag, model_flags, number, on_device, threads_flag
 from plumbing.errors import UserError, exit_status, fail, plural, read_text
 from plumbing.folders import whole_file
 
@@ -36,6 +36,7 @@ def common(p):
     p.add_argument("prompt", metavar="PROMPT", help="the text to continue")
     model_flags(p)
     threads_flag(p)
+    device_flag(p)
     p.add_argument("--n-tokens", type=at_least(0), default=40, help="tokens to generate (default 40)")
     p.add_argument("--greedy", action="store_true", help="always the most likely token (temperature 0)")
     p.add_argument("--temperature", type=number, default=1.0, help="softmax temperature (default 1)")
@@ -193,7 +194,9 @@ def latent(args, encoder, hparams, params):
 
 
 def run(args):
+    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before the model is fetched
     encoder, hparams, params = loading.load_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
+    params = on_device(xp, params, args.model)
     prompt, make_hooks, shown, title = {"add": act_add, "vector": vector, "latent": latent}[args.command](
         args, encoder, hparams, params)
 

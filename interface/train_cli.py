@@ -23,14 +23,14 @@ import numpy as np
 import dpo
 import train
 from interface import loading
-from interface.options import at_least, model_flags, number, threads_flag
+from interface.options import array_module, at_least, device_flag, model_flags, number, threads_flag
 from plumbing import corpus, shapes
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural, read_json
 from plumbing.folders import check_new_folder, in_models_folder
 from plumbing.memory import available_memory
 
 FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that began from nothing
-NOT_SAVED = ("out", "resume", "quiet", "base_url")  # every other flag is the run's, and --resume reads it back
+NOT_SAVED = ("out", "resume", "quiet", "base_url", "device")  # every other flag is the run's; any device resumes it
 LORA_FLAGS = tuple(f"lora_{name}" for name in train.LORA)  # a resumed run keeps them: its adapters are their shape
 DPO_FLAGS = ("beta", "dpo_loss", "reference")  # preference data's alone
 # A billion micro-batches (--steps times --accum) is more than any run finishes: the smallest model there
@@ -92,6 +92,7 @@ def parser():
     p.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal, a line every 10 s "
                                                         "in a log)")
     threads_flag(p)
+    device_flag(p)
     p.error = fail
     return p
 
@@ -239,6 +240,7 @@ def run(args):
 
 
 def run_in(args):
+    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before any work
     check_out(args.out, args.resume)
     if args.resume:
         note = resumed_flags(args, read_json(os.path.join(args.out, train.CONFIG_FILE)))
@@ -254,7 +256,7 @@ def run_in(args):
         ready = train.set_up(args.out, recipe, [args.data] if args.data else None,
                              base=lambda: fetched_model(args, recipe, lora), new=new, lora=lora, resume=args.resume,
                              vocab_dir=os.path.join(scratch, "vocab"), quiet=args.quiet,
-                             preference=preference_settings(args))
+                             preference=preference_settings(args), xp=xp)
         if ready["state"]["step"] >= recipe["steps"]:
             print(f"{args.out}: already trained for {plural(ready['state']['step'], 'step')}, nothing to do (a larger "
                   "--steps goes on)")

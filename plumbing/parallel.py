@@ -10,14 +10,21 @@ operation on large arrays, so threads are enough.
     shared_among_cores(work, jobs)   work(share) on each core's share of the jobs, at once
     in_chunks(rowwise, *arrays)      rowwise(*arrays), a few rows at a time, on all the cores
     reused(buffers, name, ...)       an array made once and written over at every step
+    rows_at_a_time(a, rows)          how many rows a chunked loop takes at once: `rows`, or all on a device
 
 The plain functions (gelu, softmax, gelu_backward, ...) know nothing of this: the caller
 chooses to run them in chunks, and a test holds the result equal to one plain call.
+
+All of this is for a CPU. On a GPU (plumbing/device.py) a chunk is a kernel launch, and its
+cache is not the CPU's: there each helper is one whole-array call (in_chunks runs the function's
+fused twin where one stands beside it), and a test holds the count of calls.
 """
 import concurrent.futures
 import os
 
 import numpy as np
+
+from plumbing import device
 
 CORES = os.cpu_count() or 1
 CHUNK = 1 << 16  # floats: a chunk's arrays (AdamW's p, g, m, v and two scratch) stay in the cache
@@ -42,6 +49,9 @@ def in_chunks(rowwise, *arrays):
     axis) alone, element-wise ones included, computed a few rows (about CHUNK elements) at a
     time on all the cores: each chunk's temporaries stay in the cache, where one pass over the
     whole arrays per operation would go to main memory each time.   [..., N] -> [..., N]"""
+    if device.on_device(arrays[0]):  # one call, one kernel if the function has a fused twin
+        fused = device.twin(rowwise, device.module_of(arrays[0]))
+        return (fused or rowwise)(*arrays)
     n = arrays[0].shape[-1]
     rows = [a.reshape(-1, n) for a in arrays]
     out = np.empty_like(rows[0])
@@ -55,12 +65,20 @@ def in_chunks(rowwise, *arrays):
     return out.reshape(arrays[0].shape)
 
 
-def reused(buffers, name, shape, dtype):
+def reused(buffers, name, shape, dtype, like=None):
     """buffers[name], made once and used again at every step: fresh memory is slow to touch, and a
     step's largest arrays (the [B·T, V] logits, wte's gradient) are tens to hundreds of MB.
-    buffers None: a new array every time."""
+    buffers None: a new array every time. like: an array whose kind (NumPy's, a device's) it is made as."""
     if buffers is None:
-        return np.empty(shape, dtype)
-    if name not in buffers or buffers[name].shape != shape or buffers[name].dtype != dtype:
-        buffers[name] = np.empty(shape, dtype)
+        return np.empty(shape, dtype, like=like)
+    kind = np.ndarray if like is None else type(like)
+    old = buffers.get(name)
+    if old is None or old.shape != shape or old.dtype != dtype or type(old) is not kind:
+        buffers[name] = np.empty(shape, dtype, like=like)
     return buffers[name]
+
+
+def rows_at_a_time(a, rows):
+    """How many rows of `a` a chunked loop takes at once: `rows` on the host (they stay in the cache),
+    all of them on a device (one launch each, not one per chunk)."""
+    return max(len(a), 1) if device.on_device(a) else rows

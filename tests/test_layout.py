@@ -36,10 +36,12 @@ def modules_loaded_by(statement):
 
 
 def test_the_model_needs_numpy_and_nothing_else():
-    """gpt2_numpy imports plumbing/errors.py and perhaps shapes.py (GPT-2's facts), which need the standard library alone."""
+    """gpt2_numpy imports plumbing/errors.py and perhaps shapes.py (GPT-2's facts), which need the standard library
+    alone, and plumbing/device.py (its host copy), which needs NumPy and imports CuPy only when a GPU is asked for."""
     loaded = modules_loaded_by("import gpt2_numpy")
-    assert not {"requests", "urllib3", "tqdm", "regex"} & loaded
-    assert "gpt2_numpy" in loaded and loaded & set(PROJECT) <= {"gpt2_numpy", "plumbing.errors", "plumbing.shapes"}
+    assert not {"requests", "urllib3", "tqdm", "regex", "cupy"} & loaded
+    assert "gpt2_numpy" in loaded and loaded & set(PROJECT) <= {"gpt2_numpy", "plumbing.errors", "plumbing.shapes",
+                                                                 "plumbing.device"}
     for helper in ("plumbing.errors", "plumbing.shapes"):
         assert not {"numpy", "requests", "tqdm", "regex"} & modules_loaded_by(f"import {helper}"), helper
 
@@ -136,7 +138,7 @@ def test_no_import_cycle_among_the_projects_modules():
 
 def test_the_model_knows_nothing_of_downloads_or_the_command_line():
     edges = graph()
-    assert edges["gpt2_numpy"] <= {"plumbing.errors", "plumbing.shapes"}
+    assert edges["gpt2_numpy"] <= {"plumbing.errors", "plumbing.shapes", "plumbing.device"}
     assert edges["gpt2_numpy"] == imports(source("gpt2_numpy"), top_only=True)
     for low in ("gpt2_numpy", "backward", "optimizer", "plumbing.parallel"):
         assert not edges[low] & (GLUE | {"train"}), (low, edges[low])
@@ -193,11 +195,11 @@ def test_the_readmes_tour_of_gpt2_numpy_names_its_functions_through_generation()
 
 def test_each_module_has_a_test_file_named_for_it():
     """tests/test_X.py for each top-level X.py; every test file names the module it tests (test_train_lora.py:
-    a part of train.py), but for this one and the opt-in run on the real weights."""
+    a part of train.py), but for this one and the opt-in runs on the real weights and on a real GPU."""
     names = {os.path.basename(p)[5:-3] for p in glob.glob(os.path.join(HERE, "test_*.py"))}
     assert set(TOP) <= names, set(TOP) - names
     modules = {m.split(".")[-1] for m in PROJECT}
-    strays = {n for n in names - modules - {"layout", "real_weights"}
+    strays = {n for n in names - modules - {"layout", "real_weights", "gpu"}
               if not any(n.startswith(m + "_") for m in TOP)}
     assert not strays, f"test files that name no module: {sorted(strays)}"
 
