@@ -93,6 +93,24 @@ def number(text):
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
 
 
+def restore_flags(args, saved, not_saved, fixed=()):
+    """--resume: each flag takes the saved run's value (train_config.json's), unless given now. A given one that
+    differs is refused where it would make another run (fixed), else named. -> ["--flag now (the saved run had
+    then)", ...]"""
+    changed = []
+    for name, value in saved.items():
+        if name in not_saved or not hasattr(args, name):
+            continue
+        if name not in args.given:
+            setattr(args, name, value)
+        elif getattr(args, name) != value and name in fixed:
+            raise UserError(f"--resume continues the run saved in {args.out}, whose --{name.replace('_', '-')} "
+                            f"is {value}: leave out --{name.replace('_', '-')} {getattr(args, name)}")
+        elif getattr(args, name) != value:
+            changed.append(f"--{name.replace('_', '-')} {getattr(args, name)} (the saved run had {value})")
+    return changed
+
+
 def check_page_folder(path):
     """--html FILE: its folder must be there (a page is not a model: no folder is made for it), said
     before any work rather than once the page is ready to write."""

@@ -28,7 +28,7 @@ import numpy as np
 import sae as S
 from interface import loading
 from interface.options import (CENTRED_HELP, FOLD_LN_HELP, array_module, at_least, check_page_folder, device_flag,
-                               folded, model_flags, number, on_device, threads_flag, user_message)
+                               folded, model_flags, number, on_device, restore_flags, threads_flag, user_message)
 from plumbing import device, sae_files
 from plumbing.errors import (Terminated, UserError, ctrl_c_waits, exit_status, fail, given_flags, plural, read_json,
                              read_text)
@@ -219,17 +219,7 @@ def resumed_flags(args):
     if not os.path.isfile(path):
         fail(f"{args.out}: holds no saved run to --resume (no {CONFIG_FILE})")
     saved = read_json(path)
-    changed = []
-    for name, value in saved.items():
-        if name in NOT_SAVED or not hasattr(args, name):
-            continue
-        if name not in args.given:
-            setattr(args, name, value)
-        elif getattr(args, name) != value and name in FIXED:
-            fail(f"--resume continues the run saved in {args.out}, whose {flag(name)} is {value}: leave out "
-                 f"{flag(name)} {getattr(args, name)}")
-        elif getattr(args, name) != value:
-            changed.append(f"{flag(name)} {getattr(args, name)} (the saved run had {value})")
+    changed = restore_flags(args, saved, NOT_SAVED, FIXED)
     args.data_tokens = saved.get("data_tokens")
     args.resumed_note = f"resuming with {', '.join(changed)}" if changed else None
 

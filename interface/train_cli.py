@@ -23,7 +23,7 @@ import numpy as np
 import dpo
 import train
 from interface import loading
-from interface.options import array_module, at_least, device_flag, model_flags, number, threads_flag
+from interface.options import array_module, at_least, device_flag, model_flags, number, restore_flags, threads_flag
 from plumbing import corpus, shapes
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural, read_json
 from plumbing.folders import check_new_folder, in_models_folder
@@ -198,14 +198,7 @@ def resumed_flags(args, saved):
                    "which trains every weight, without LoRA")
             raise UserError(f"--resume continues the run saved in {args.out}, {how}: leave out "
                             f"--{name.replace('_', '-')}")
-    changed = []
-    for name, value in saved.items():
-        if name in NOT_SAVED or not hasattr(args, name):
-            continue
-        if name not in args.given:
-            setattr(args, name, value)
-        elif getattr(args, name) != value:
-            changed.append(f"--{name.replace('_', '-')} {getattr(args, name)} (the saved run had {value})")
+    changed = restore_flags(args, saved, NOT_SAVED)
     return f"resuming with {', '.join(changed)}" if changed else None
 
 
