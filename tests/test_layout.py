@@ -306,6 +306,7 @@ BENCH_SMOKE = {  # the smallest setting of the benches that run on a checkpoint 
                             "--repeats", "1"],
     "bench_products": ["--rows", "8", "--n-embd", "8", "--layers", "1", "--vocab", "16"],
     "bench_checkpoint": ["--folder", os.path.join(HERE, "data", "circuits_model"), "--repeats", "1"],
+    "bench_ab": ["--baseline", ROOT, "--what", "scratch-step", "--pairs", "1"],  # this checkout against itself
 }
 
 
