@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import DATA, ROOT, as_float64
+from conftest import DATA, ROOT, as_float64, float32_rounding
 import backward
 import circuits
 import gpt2_numpy as g
@@ -279,7 +279,9 @@ def test_every_activations_gradient_is_torchs(models, case):
         want = torch_gradient(case, name)
         if name.endswith("hook_attn_scores"):  # torch's is 0 where the mask is; so is ours
             want = np.where(np.isfinite(want), want, 0.0)
-        assert_close(ours[name], want, f"{case} d metric / d {name}")
+        # the forward pass's linear layers and the backward's, each a chain of 4 a block and the head
+        rel = float32_rounding(4 * hp["n_embd"], 2 * (4 * hp["n_layer"] + 1), 1.0)
+        assert_close(ours[name], want, f"{case} d metric / d {name}", rel)
 
 
 def test_every_activations_gradient_by_finite_differences(models):
