@@ -44,6 +44,11 @@ def load_checkout(folder, names):
         sys.path[:] = path
 
 
+def initialising(folder):
+    """The module of a checkout that holds init_params: initialise.py until it went into parameters.py."""
+    return "initialise" if os.path.exists(os.path.join(folder, "initialise.py")) else "parameters"
+
+
 def model_runs(args, hp, params, ids):
     def prefill(m):
         g = m["gpt2_numpy"]
@@ -99,12 +104,13 @@ def main():
     p.add_argument("--tokens", type=int, default=256, help="prefill length, or the decode prompt's")
     p.add_argument("--pairs", type=int, default=30)
     args = p.parse_args()
-    names = ["gpt2_numpy", "train", "optimizer", "initialise"]
-    ours, base = load_checkout(ROOT, names + ["plumbing.checkpoint"]), load_checkout(os.path.abspath(args.baseline), names)
+    names = ["gpt2_numpy", "train", "optimizer"]
+    ours = load_checkout(ROOT, names + [initialising(ROOT), "plumbing.checkpoint"])
+    base = load_checkout(os.path.abspath(args.baseline), names)
     rng = np.random.default_rng(0)
     if args.what == "scratch-step":
         hp = SCRATCH
-        params = ours["initialise"].init_params(hp, seed=0)
+        params = ours[initialising(ROOT)].init_params(hp, seed=0)
     else:
         hp, params = ours["plumbing.checkpoint"].load_checkpoint(args.folder)
     if args.what.endswith("-step"):

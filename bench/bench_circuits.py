@@ -102,7 +102,7 @@ def timed_parts(circuits):
         setattr(circuits, name, timed)
 
     wrap("run_with_cache", lambda *a, **k: "caches")
-    wrap("copies_forward", lambda params, hparams, ids, resid, layer, hooks: f"copies from layer {layer}")
+    wrap("copies_forward", lambda params, hparams, ids, resid, layer, *rest, **kw: f"copies from layer {layer}")
     return parts
 
 

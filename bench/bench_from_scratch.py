@@ -121,7 +121,7 @@ def nanogpt(folder, python, steps, threads):
     cmd = [python, "train.py", "config/train_shakespeare_char.py", "--device=cpu", "--compile=False",
            f"--eval_iters={EVAL_BATCHES}", "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4",
            "--n_head=4", "--n_embd=128", f"--max_iters={steps}", f"--lr_decay_iters={steps}", "--dropout=0.0",
-           f"--eval_interval={EVAL_EVERY}", f"--out_dir={out}"]
+           f"--eval_interval={min(EVAL_EVERY, steps)}", f"--out_dir={out}"]  # it evaluates at multiples alone
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     start = time.perf_counter()
     r = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env=env)

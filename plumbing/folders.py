@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 
-from plumbing.errors import UserError
+from plumbing.errors import UserError, ctrl_c_waits
 
 MODELS_DIR_ENV = "GPT2_MODELS_DIR"
 PROJECT_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
@@ -90,25 +90,29 @@ def whole_folder(folder, what="the folder", error=UserError):
     """`with whole_folder(folder) as tmp:` write the files into tmp; when the block ends, tmp
     becomes `folder`. A folder already there (the last save of a run) steps aside only once
     the new one is whole. An OSError is `error` naming the folder; on any interruption (an
-    error, a bug, Ctrl-C) the temporary folder is removed."""
+    error, a bug, Ctrl-C) the temporary folder is removed. A Ctrl-C or SIGTERM waits while a folder is made
+    and named, and while the new one takes the old one's place and the old one goes: one that came
+    there would leave a folder no name points to (.writing-*, .replaced-*), or none at `folder`."""
     parent = os.path.dirname(os.path.abspath(folder))
     tmp = None
     try:
-        tmp = tempfile.mkdtemp(dir=parent, prefix=".writing-")
+        with ctrl_c_waits():
+            tmp = tempfile.mkdtemp(dir=parent, prefix=".writing-")
         yield tmp
-        os.chmod(tmp, 0o777 & ~umask())
-        if os.path.exists(folder):
-            old = tempfile.mkdtemp(dir=parent, prefix=".replaced-")
-            os.rename(folder, os.path.join(old, "previous"))
-            try:
+        with ctrl_c_waits():
+            os.chmod(tmp, 0o777 & ~umask())
+            if os.path.exists(folder):
+                old = tempfile.mkdtemp(dir=parent, prefix=".replaced-")
+                os.rename(folder, os.path.join(old, "previous"))
+                try:
+                    os.rename(tmp, folder)
+                except BaseException:
+                    os.rename(os.path.join(old, "previous"), folder)  # the last save comes back
+                    raise
+                finally:
+                    shutil.rmtree(old, ignore_errors=True)
+            else:
                 os.rename(tmp, folder)
-            except BaseException:
-                os.rename(os.path.join(old, "previous"), folder)  # the last save comes back
-                raise
-            finally:
-                shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, folder)
     except OSError as e:
         raise error(f"cannot write {what} ({e.strerror or e})", path=folder) from None
     finally:
@@ -122,8 +126,9 @@ def whole_file(path, what="the file", error=UserError):
     replaces `path`. The same promises as whole_folder, for one file."""
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".writing-")
-        os.close(fd)
+        with ctrl_c_waits():
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".writing-")
+            os.close(fd)
         yield tmp
         os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)

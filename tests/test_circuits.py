@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import DATA, ROOT, as_float64
+from conftest import DATA, ROOT, as_float64, float32_rounding
 import backward
 import circuits
 import gpt2_numpy as g
@@ -279,7 +279,9 @@ def test_every_activations_gradient_is_torchs(models, case):
         want = torch_gradient(case, name)
         if name.endswith("hook_attn_scores"):  # torch's is 0 where the mask is; so is ours
             want = np.where(np.isfinite(want), want, 0.0)
-        assert_close(ours[name], want, f"{case} d metric / d {name}")
+        # the forward pass's linear layers and the backward's, each a chain of 4 a block and the head
+        rel = float32_rounding(4 * hp["n_embd"], 2 * (4 * hp["n_layer"] + 1), 1.0)
+        assert_close(ours[name], want, f"{case} d metric / d {name}", rel)
 
 
 def test_every_activations_gradient_by_finite_differences(models):
@@ -315,7 +317,9 @@ def test_every_activations_gradient_by_finite_differences(models):
 @pytest.mark.parametrize("site", circuits.ATTRIBUTED)
 def test_attribution_patching_is_transformer_lenss(models, case, site):
     ours = circuits.attribution(*experiment(models, case), site)
-    assert_close(ours, gold(case, f"attribution/{site}"), f"{case} {site}")
+    assert_within(ours, gold(case, f"attribution/{site}"), attribution_bound(*experiment(models, case)[:2],
+                                                                             experiment(models, case)[2:], site),
+                  f"{case} {site}")
 
 
 def test_attribution_is_attribution_patchs_node_scores(models):
@@ -324,8 +328,9 @@ def test_attribution_is_attribution_patchs_node_scores(models):
         params, hp, clean, corrupted, answer, wrong = experiment(models, case)
         pairs = slice(0, 1) if case == "ioi" else slice(None)  # as the golden ran it
         for site in ("head", "mlp_out"):
-            ours = circuits.attribution(params, hp, clean[pairs], corrupted[pairs], answer[pairs], wrong[pairs], site)
-            assert_close(ours, gold(case, f"attribution_patch/{site}"), f"{case} {site}")
+            four = clean[pairs], corrupted[pairs], answer[pairs], wrong[pairs]
+            assert_within(circuits.attribution(params, hp, *four, site), gold(case, f"attribution_patch/{site}"),
+                          attribution_bound(params, hp, four, site), f"{case} {site}")
 
 
 # --- 5. direct path patching ---------------------------------------------------------------------
@@ -676,6 +681,49 @@ def golden_sae():
     return sae_files.load_sae(SAE_DIR)
 
 
+def attribution_bound(params, hp, pairs, site="resid_pre", splice=None, an_sae=None):
+    """How far float32's rounding can move attribution at `site`, ours or torch's: [L, T] ([L, T, H] for head).
+    attribution = Σ (a_clean - a_corrupted)·g, a difference of two activations times a gradient, with much
+    cancellation: spliced, at the SAE's hook point the gradient went back through the SAE (((g W_decᵀ) ⊙ [h > 0])
+    W_encᵀ), and at the swapped name the value is 0.13 where the terms' magnitudes sum to 48; torch's own float32
+    answer is 1.7e-5 of the largest value from the float64 one. A product's forward error is at most γ_n |A||B|
+    (γ_n = n·u, u = 2⁻²⁴: Higham, Accuracy and Stability, 3.5), so each side's rounding is within γ_n of the
+    same sums taken over magnitudes: Σ (|a_clean| + |a_corrupted|)·(|g| + |g|'s magnitudes through the SAE,
+    which reach the sites below it through the residual stream unchanged). n is the longest sum, the MLP's 4C
+    or the SAE's width; two sides make 2γ_n. Measured against TransformerLens and SAELens on OpenBLAS's Haswell
+    and SkylakeX kernels: at most 6.1 u times those sums (the SAE's resid_pre, Haswell), against 2n (64 there);
+    a fixed 1e-5 of the largest value held on one kernel alone."""
+    import sae as S
+
+    hooks, through = {}, {}
+    if splice:
+        site_name, run, grad = splice[1]
+
+        def keep_magnitudes(x, g):  # the SAE's backward (sae.input_grad) on magnitudes
+            through["sae"] = ((np.abs(g) @ np.abs(an_sae["W_dec"]).T) * (S.encode_pre(x, an_sae) > 0)) @ \
+                np.abs(an_sae["W_enc"]).T
+            return grad(x, g)
+
+        splice = (splice[0], (site_name, run, keep_magnitudes))
+        hooks = splice[0]
+    clean, corrupted, answer, wrong = circuits.pairs(*pairs, params)
+    names = [f"blocks.{i}.{circuits.SITES[site]}" for i in range(hp["n_layer"])]
+    sae = splice[1] if splice else None
+    acts = [circuits.run_with_cache(ids, params, hp, names=names, sae=sae, hooks=hooks)[1]
+            for ids in (clean, corrupted)]
+    dlogits = circuits.logit_difference_grad(corrupted.shape, params["wte"].shape[0], answer, wrong)
+    grads = circuits.gradients(corrupted, params, hp, dlogits, names, splice)
+    n = max(4 * hp["n_embd"], an_sae["W_enc"].shape[1] if an_sae else 0)
+    return 2 * n * 2.0 ** -24 * np.stack([((np.abs(acts[0][m]) + np.abs(acts[1][m])) *
+                                           (np.abs(grads[m]) + through.get("sae", 0))).sum(-1).sum(0) for m in names])
+
+
+def assert_within(ours, theirs, bound, what):
+    worst = np.abs(np.asarray(ours) - theirs)
+    assert (worst <= bound).all(), f"{what}: {worst.max():.3g} from TransformerLens's, {(worst / bound).max():.2f} " \
+                                   "times float32's bound"
+
+
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_with_an_sae_spliced_the_experiments_are_saelenss(models, golden_sae, setting):
     """The metric, a resid_pre sweep (the SAE's own hook point patched at its input, fast and plain), attribution
@@ -690,8 +738,8 @@ def test_with_an_sae_spliced_the_experiments_are_saelenss(models, golden_sae, se
     for fast in (True, False):
         assert_close(circuits.patch(*args, "resid_pre", fast=fast, splice=splice), want["patch/resid_pre"],
                      f"{setting} patch (fast {fast})")
-    assert_close(circuits.attribution(*args, "resid_pre", splice=splice), want["attribution/resid_pre"],
-                 f"{setting} attribution")
+    assert_within(circuits.attribution(*args, "resid_pre", splice=splice), want["attribution/resid_pre"],
+                  attribution_bound(params, hp, args[2:], "resid_pre", splice, golden_sae), f"{setting} attribution")
     if "dla/components" in want:
         labels, values = circuits.dla_components(params, hp, args[2], args[4], args[5], splice)
         assert labels[4] == "1_sae_error"

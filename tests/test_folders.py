@@ -31,6 +31,48 @@ def test_an_interrupted_resave_keeps_the_last_save(tmp_path):
     assert os.listdir(tmp_path) == ["out"] and os.listdir(out) == ["second"]
 
 
+@pytest.mark.parametrize("moment", ["making .writing-", "removing the last save"])
+def test_a_sigterm_at_any_moment_of_a_resave_leaves_one_whole_folder_and_nothing_beside_it(tmp_path, monkeypatch,
+                                                                                          moment):
+    """A real SIGTERM (exit_status's handler: Terminated) where a save's folders are made or swapped, where a
+    signal between two lines once left a .replaced-* folder beside a training run's (train.py's test of
+    SIGTERM in the loop failed now and then): it waits until the folder is whole, then stops the save."""
+    import signal
+    import shutil
+    import tempfile
+
+    from plumbing.errors import Terminated, raise_terminated
+
+    out = tmp_path / "out"
+    with whole_folder(str(out)) as tmp:
+        open(os.path.join(tmp, "first"), "w").close()
+    mkdtemp, rmtree = tempfile.mkdtemp, shutil.rmtree
+
+    def signalled(fn, when, before):  # SIGTERM as fn begins, or as it returns (the folder made, not yet named)
+        def at_that_moment(*args, **kw):
+            if before and when(args, kw):
+                signal.raise_signal(signal.SIGTERM)  # handled at once, as a real one would be
+            result = fn(*args, **kw)
+            if not before and when(args, kw):
+                signal.raise_signal(signal.SIGTERM)
+            return result
+        return at_that_moment
+
+    if moment == "making .writing-":
+        monkeypatch.setattr(tempfile, "mkdtemp", signalled(mkdtemp, lambda _, kw: kw["prefix"] == ".writing-", False))
+    else:
+        monkeypatch.setattr(shutil, "rmtree", signalled(rmtree, lambda args, _: ".replaced-" in str(args[0]), True))
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        with pytest.raises(Terminated):
+            with whole_folder(str(out)) as tmp:
+                open(os.path.join(tmp, "second"), "w").close()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert os.listdir(tmp_path) == ["out"]
+    assert os.listdir(out) == (["first"] if moment == "making .writing-" else ["second"])
+
+
 def test_what_is_written_has_the_umasks_permissions_not_tempfiles_private_ones(tmp_path):
     old = os.umask(0o022)
     try:

@@ -223,7 +223,7 @@ def bench_script(monkeypatch, name, tmp_path):
     import importlib
 
     script = importlib.import_module(name)
-    monkeypatch.setattr(script, "HERE", str(tmp_path / "bench"))
+    monkeypatch.setattr(script, "HERE", str(tmp_path / "bench"), raising=False)
     return script
 
 
@@ -246,3 +246,84 @@ def test_a_bench_keeps_its_trained_model_in_a_bench_out_not_yet_made(tmp_path, m
     hp = dict(BENCH_TINY, n_vocab=257)
     bench.keep("scratch-257", init_params(hp), hp, [], "held out")
     assert sorted(os.listdir(tmp_path / "bench" / "out")) == ["scratch-257", "shakespeare-heldout.txt"]
+
+
+# --- bench/: every bench still runs (a bench is run by hand, rarely: a change to a function it calls breaks it unseen) --
+
+def bench_misfits(path):
+    """The calls in bench script `path` to the project's functions that no longer fit them: a name the module
+    lacks, or arguments its signature refuses (inspect.signature.bind on the call's own arguments)."""
+    import importlib
+    import inspect
+
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    names, misfits = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in (a for a in node.names if a.name.split(".")[0] in {*TOP, "plumbing", "interface"}):
+                names[a.asname or a.name.split(".")[0]] = importlib.import_module(a.asname and a.name or
+                                                                                  a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in {*TOP, "plumbing", "interface"}:
+            module = importlib.import_module(node.module)
+            for a in node.names:
+                if not hasattr(module, a.name) and f"{node.module}.{a.name}" not in PROJECT:
+                    misfits.append(f"line {node.lineno}: {node.module} has no {a.name}")
+                else:
+                    names[a.asname or a.name] = getattr(module, a.name, None) or \
+                        importlib.import_module(f"{node.module}.{a.name}")
+
+    def resolve(f):
+        if isinstance(f, ast.Name):
+            return names.get(f.id)
+        base = resolve(f.value) if isinstance(f, ast.Attribute) else None
+        if base is not None and inspect.ismodule(base):
+            if not hasattr(base, f.attr):
+                misfits.append(f"line {f.lineno}: {ast.unparse(f)}: no such name")
+            return getattr(base, f.attr, None)
+
+    for node in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        fn = resolve(node.func)
+        if not inspect.isfunction(fn) or any(isinstance(a, ast.Starred) for a in node.args) or \
+                any(k.arg is None for k in node.keywords):
+            continue
+        try:
+            inspect.signature(fn).bind(*node.args, **{k.arg: k.value for k in node.keywords})
+        except TypeError as e:
+            misfits.append(f"line {node.lineno}: {ast.unparse(node)[:60]}: {e}")
+    return misfits
+
+
+def test_every_benchs_calls_still_fit_the_functions_they_call(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
+    found = {os.path.basename(p): bench_misfits(p) for p in sorted(glob.glob(os.path.join(ROOT, "bench", "*.py")))}
+    assert len(found) >= 20 and not {k: v for k, v in found.items() if v}, found
+
+
+BENCH_SMOKE = {  # the smallest setting of the benches that run on a checkpoint folder alone, with NumPy alone
+    "bench_circuits": ["--model", os.path.join(HERE, "data", "hf", "tiny"), "--no-tl", "--repeats", "1",
+                       "--threads", "1"],
+    "bench_decode": ["--folder", os.path.join(HERE, "data", "circuits_model"), "--rounds", "1", "--tokens", "2"],
+    "bench_prefill_parts": ["--folder", os.path.join(HERE, "data", "circuits_model"), "--tokens", "8",
+                            "--repeats", "1"],
+    "bench_products": ["--rows", "8", "--n-embd", "8", "--layers", "1", "--vocab", "16"],
+    "bench_checkpoint": ["--folder", os.path.join(HERE, "data", "circuits_model"), "--repeats", "1"],
+    "bench_ab": ["--baseline", ROOT, "--what", "scratch-step", "--pairs", "1"],  # this checkout against itself
+}
+
+
+def test_the_benches_run_at_their_smallest(tmp_path, monkeypatch, capsys):
+    """Each runs its main() in this process, on a model of tests/data: what a change to the project would break
+    (bench_circuits.py's key for copies_forward's arguments once did) shows here, not on the next measurement."""
+    import circuits
+
+    for name in ("run_with_cache", "copies_forward"):  # bench_circuits times them by wrapping them: put back after
+        monkeypatch.setattr(circuits, name, getattr(circuits, name))
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(var, os.environ.get(var, ""))  # bench_circuits sets them (for the NumPy it then loads)
+    for name, argv in BENCH_SMOKE.items():
+        bench = bench_script(monkeypatch, name, tmp_path)
+        monkeypatch.setattr(sys, "argv", [name + ".py", *argv])
+        bench.main()
+        out = capsys.readouterr().out
+        assert out.strip(), name

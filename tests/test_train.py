@@ -584,8 +584,12 @@ def test_a_step_and_the_validation_use_the_models_layer_norm_eps():
 def test_ctrl_c_in_the_middle_of_a_step_saves_that_step_whole(tiny_model, corpus, tmp_path, monkeypatch):
     """A real SIGINT while step 5 computes its gradients: the step (and its AdamW update, on both cores)
     is finished, then saved, so --resume gives the uninterrupted run's files bit for bit."""
-    code, saved_step, stopped = run_interrupted(tiny_model, corpus, tmp_path, monkeypatch, 5,
-                                                lambda: os.kill(os.getpid(), signal.SIGINT))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job ignores it
+    try:
+        code, saved_step, stopped = run_interrupted(tiny_model, corpus, tmp_path, monkeypatch, 5,
+                                                    lambda: os.kill(os.getpid(), signal.SIGINT))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert code == 130
     assert saved_step == 5
     code, differ = resumed_and_straight(tiny_model, corpus, tmp_path, stopped)
