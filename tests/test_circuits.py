@@ -697,14 +697,14 @@ def attribution_bound(params, hp, pairs, site="resid_pre", splice=None, an_sae=N
 
     hooks, through = {}, {}
     if splice:
-        site_name, run, grad = splice[1]
+        site_name, run, grad, reads = splice[1]  # the hook it writes, its run and backward, the hook it reads
 
         def keep_magnitudes(x, g):  # the SAE's backward (sae.input_grad) on magnitudes
             through["sae"] = ((np.abs(g) @ np.abs(an_sae["W_dec"]).T) * (S.encode_pre(x, an_sae) > 0)) @ \
                 np.abs(an_sae["W_enc"]).T
             return grad(x, g)
 
-        splice = (splice[0], (site_name, run, keep_magnitudes))
+        splice = (splice[0], (site_name, run, keep_magnitudes, reads))
         hooks = splice[0]
     clean, corrupted, answer, wrong = circuits.pairs(*pairs, params)
     names = [f"blocks.{i}.{circuits.SITES[site]}" for i in range(hp["n_layer"])]
