@@ -11,7 +11,7 @@ import pytest
 
 import dpo
 import train
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, float32_rounding
 from plumbing import shapes
 from plumbing.checkpoint import write_checkpoint
 from plumbing.errors import UserError
@@ -101,11 +101,22 @@ def test_a_preference_file_is_read_and_bad_lines_are_one_line(tmp_path):
 
 # --- the loss, the metrics and the gradients, against TRL -------------------------------------
 
-def assert_close(got, want, name, rel=1e-5):
+def assert_close(got, want, name, rel=1e-5, scale=None):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    scale = max(np.abs(want).max(), 1e-12)
+    scale = max(np.abs(want).max(), 1e-12) if scale is None else scale
     assert got.shape == want.shape, name
     assert np.abs(got - want).max() <= rel * scale, f"{name}: {np.abs(got - want).max():.3g} off (largest {scale:.3g})"
+
+
+def metric_close(got, prefix, name):
+    """TRL's metric `name` of a golden case (prefix). The rewards and their margin are β times differences of
+    log-probabilities, so float32 rounds them relative to those log-probabilities, not to the difference: a
+    margin near 0 has no digits of its own (against 1e-5 of itself it stood at 0.83 of the bound on OpenBLAS's
+    Haswell kernel, 0.78 on SkylakeX)."""
+    scale = None
+    if name.startswith("rewards/") and name != "rewards/accuracies":
+        scale = BETA * max(np.abs(NUMBERS[f"{prefix}/logps/{side}"]).max() for side in ("chosen", "rejected"))
+    assert_close(got, NUMBERS[f"{prefix}/{name}"], name, scale=scale)
 
 
 CASES = {"start": (None, "sigmoid"), "start_norm": (None, "sigmoid_norm"), "ref": ("ref", "sigmoid"),
@@ -124,12 +135,14 @@ def test_the_loss_every_metric_and_every_gradient_are_trls(tiny, batch, case):
                                               frozen=kind == "lora")
     assert set(metrics) == set(dpo.METRICS)
     for name in dpo.METRICS:
-        assert_close(metrics[name], NUMBERS[f"{case}/{name}"], name)
+        metric_close(metrics[name], case, name)
     assert loss == metrics["loss"]
     for name, grad in shapes.flatten(grads).items():
         assert grad.dtype == np.float32, name
         if name == "wte":
-            assert_close(np.linalg.norm(grad), NUMBERS[f"{case}/grad/wte/norm"], "|wte|")
+            # a norm: a sum of V·C squares, each side within float32's rounding of that sum (1e-5 stood at 0.62)
+            assert_close(np.linalg.norm(grad), NUMBERS[f"{case}/grad/wte/norm"], "|wte|",
+                         rel=float32_rounding(grad.size, 1, 1.0))
             grad, name = grad[NUMBERS[f"{case}/grad/wte/rows"]], "wte/grad_rows"
         assert_close(grad, NUMBERS[f"{case}/grad/{name}"], name)
     assert len(shapes.flatten(grads)) == len([n for n in NUMBERS.files if n.startswith(f"{case}/grad/")]) - 2 * (
@@ -212,7 +225,7 @@ def test_evaluate_preference_gives_trls_metrics_and_drops_what_training_drops(ti
     assert list(result) == ["pairs", *dpo.METRICS, "dropped"] and (result["pairs"], result["dropped"]) == (5, 1)
     assert r.stderr == "note: 1 of 6 pairs dropped: the prompt alone fills the model's 64 positions\n"
     for name in dpo.METRICS:
-        assert_close(result[name], NUMBERS[f"{case}/{name}"], name)
+        metric_close(result[name], case, name)
 
 
 def test_evaluate_preference_refuses_bad_input_in_one_line(tiny, tiny_model, tmp_path):
