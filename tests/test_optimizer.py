@@ -100,7 +100,7 @@ def test_clipping_by_the_global_norm():
              "ln_f": {"g": np.full(1, 4.0, np.float32), "b": np.zeros(1, np.float32)}}
     assert optimizer.clip_grad_norm(grads, 100.0) == pytest.approx(math.sqrt(4 * 9 + 16))
     assert grads["wte"][0, 0] == 3.0  # under the bound: untouched
-    optimizer.clip_grad_norm(grads, 1.0)
+    assert optimizer.clip_grad_norm(grads, 1.0) == pytest.approx(math.sqrt(4 * 9 + 16))  # the norm before clipping
     assert math.sqrt(float((grads["wte"] ** 2).sum() + (grads["ln_f"]["g"] ** 2).sum())) == pytest.approx(1.0, rel=1e-5)
 
 
