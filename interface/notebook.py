@@ -370,8 +370,7 @@ def program_files(folder, tmp):
 
 def kernel_history():
     """The cells run so far in this kernel, oldest first (IPython's In), or None outside IPython."""
-    import __main__
-    history = getattr(__main__, "In", None)
+    history = getattr(sys.modules.get("__main__"), "In", None)  # the kernel's namespace: no import of it
     return history if isinstance(history, list) else None
 
 
