@@ -343,7 +343,7 @@ def probe(args):
     fitted = LENS.fit_probe(host(features), labels, args.method, 1.0 if args.C is None else args.C, args.standardize,
                             args.iid)
     settings = {"method": args.method, "site": args.site, "position": args.position, "standardize": args.standardize,
-                "C": args.C if args.method == "logistic" else None, "iid": args.iid if args.method == "mean-diff"
+                "C": (args.C or 1.0) if args.method == "logistic" else None, "iid": args.iid if args.method == "mean-diff"
                 else None, "model": args.model, "n": len(texts), "accuracy": fitted["accuracy"]}
     lens_files.save_probe(args.out, fitted, settings)
     if args.json:
