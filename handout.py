@@ -248,7 +248,7 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "topk": "sae.encode with a TopK SAE (as python sae.py encode --sae DIR runs one)",
          "sae_jumprelu": "sae.training_step of a JumpReLU SAE (as python sae.py train --architecture jumprelu runs it)",
          "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C',
-         "tuned_lens": "python lens.py train --data FILE (then read)",
+         "tuned_lens": "python lens.py train --data FILE",
          "probe": "python lens.py probe --method logistic"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
@@ -272,7 +272,7 @@ NEEDS = {"generate": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15), "params": (9, 10, 1
          "sae": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 43, 44, 45), "topk": (43, 46),
          "sae_jumprelu": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 47),
          "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48),
-         "tuned_lens": (1, 4, 5, 6, 7, 8, 14, 15, 51), "probe": (1, 4, 5, 6, 7, 8, 14, 15, 52)}
+         "tuned_lens": (1, 4, 5, 6, 7, 8, 14, 15, 19, 24, 51), "probe": (1, 4, 5, 6, 7, 8, 14, 15, 52)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise (unless
