@@ -12,10 +12,11 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import DATA, ROOT, in_process, numerical_grad
+from conftest import DATA, in_process, numerical_grad
 
 import gpt2_numpy as g
 import lens as LENS
+from bpe import get_encoder
 import look_inside
 from interface import gpt2_cli, lens_cli, steer_cli
 from plumbing import lens_files, torch_archive
@@ -330,8 +331,6 @@ def test_the_iid_probe_drops_the_covariances_small_eigenvalues():
 def test_probe_features_are_the_last_tokens_or_the_mean(tiny):
     hparams, params = tiny
     texts = [t for t in GOLDEN["probe/texts"][:4]]
-    from bpe import get_encoder
-
     encoder = get_encoder(TINY)
     ids = [encoder.encode(str(t)) for t in texts]
     for position in ("last", "mean"):
@@ -390,8 +389,11 @@ def test_train_on_windows_and_on_a_text_is_the_loop(capsys, tmp_path, tiny):
     assert config["unembed_hash"] == LENS.unembed_hash(params["wte"]) and config["num_hidden_layers"] == 2
     (tmp_path / "notes.txt").write_text("the cat sat on the mat " * 20, encoding="utf-8")
     r = lens_cli_run(capsys, "train", "--model", TINY, "--data", tmp_path / "notes.txt", "--out", tmp_path / "b",
-                     "--steps", 1, "--context", 16, "--json")
-    assert r.returncode == 0 and len(json.loads(r.stdout)["losses"]) == 1
+                     "--steps", 1, "--batch-size", 3, "--context", 16, "--json")
+    ids = get_encoder(TINY).encode("the cat sat on the mat " * 20) + [50256]  # the document, then <|endoftext|>
+    windows = np.array(ids[:len(ids) // 16 * 16]).reshape(-1, 16)
+    losses = [sum(x) for x in LENS.train_lens(windows, params, hparams, LENS.new_lens(2, 8), 1, 3)]
+    assert r.returncode == 0 and json.loads(r.stdout)["losses"] == losses
 
 
 def test_ctrl_c_while_training_saves_the_steps_done(capsys, tmp_path, monkeypatch):
