@@ -23,6 +23,7 @@ import sys
 import numpy as np
 
 import lens as LENS
+import look_inside
 from interface import loading
 from interface.bpe_cli import shown_token
 from interface.options import array_module, at_least, device_flag, model_flags, number, on_device, threads_flag
@@ -182,7 +183,7 @@ def read(args):
     encoder, hparams, params = model(args)
     lens = loaded_lens(args.tuned_lens, hparams, params)
     ids = text_ids(encoder, args.text, hparams)
-    run = LENS.run_with_cache([ids], params, hparams, names=LENS.lens_sites(hparams["n_layer"]))
+    run = look_inside.run_with_cache([ids], params, hparams, names=LENS.lens_sites(hparams["n_layer"]))
     reading = host_dict(LENS.tuned_lens([ids], params, hparams, lens, run=run))
     if args.logits:  # once the reading is done: an interrupted command leaves no file
         logits = np.stack([host(x[0]) for x in LENS.lens_readings(run[1], params, hparams, lens)]).astype(np.float32)
@@ -203,9 +204,7 @@ def host_dict(reading):
 def reading_json(encoder, ids, hparams, reading):
     """A reading (tuned_lens's, or look_inside.logit_lens's) for --json: each layer's top tokens, their
     probabilities, and the model's final prediction's probability and rank."""
-    from look_inside import lens_labels
-
-    return {"tokens": [encoder.decode([i]) for i in ids], "layers": lens_labels(hparams["n_layer"]),
+    return {"tokens": [encoder.decode([i]) for i in ids], "layers": look_inside.lens_labels(hparams["n_layer"]),
             "top": reading["top"][:, 0].tolist(),
             "top_token": [[encoder.decode([i]) for i in row] for row in reading["top"][:, 0].tolist()],
             "top_prob": np.round(reading["top_prob"][:, 0], 6).tolist(), "target": reading["target"][0].tolist(),
@@ -215,14 +214,12 @@ def reading_json(encoder, ids, hparams, reading):
 
 def print_table(title, encoder, ids, hparams, top):
     """A lens's table: a row a layer (embed, h0, ...: the residual stream each reads), a column a position."""
-    from look_inside import lens_labels
-
     def cell(text, width=12):  # one column of the table: cut a long token short
         return (text if len(text) < width else text[:width - 2] + "…").ljust(width)
 
     print(title)
     print(f"{'':<7}" + "".join(cell(shown_token(encoder, i)) for i in ids))
-    for name, row in zip(lens_labels(hparams["n_layer"]), top):
+    for name, row in zip(look_inside.lens_labels(hparams["n_layer"]), top):
         print(f"{name:<7}" + "".join(cell(shown_token(encoder, i)) for i in row))
 
 
