@@ -218,6 +218,13 @@ EXERCISES = {
     48: ("the ActAdd hook",
          [("steer.py", "act_add", "test_act_add_hook_adds_to_the_front_and_leaves_a_one_position_pass")],
          ["test_act_add_is_the_papers_vector_logits_and_greedy_ids"], "steer"),
+    51: ("the translator's reading",
+         [("lens.py", "tuned_lens_logits", "test_the_translators_reading_is_tuned_lenss")],
+         ["test_a_lens_tuned_lens_saved_reads_as_tuned_lens_reads_it", "test_training_steps_equal_tuned_lenss"],
+         "tuned_lens"),
+    52: ("the logistic loss's gradient",
+         [("lens.py", "logistic_gradient", "test_the_logistic_losss_gradient_by_finite_differences")],
+         ["test_probes_equal_scikit_learns_and_geometry_of_truths"], "probe"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -240,7 +247,9 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "sae": "sae.train_step and sae.encode on gathered activations (as python sae.py train runs them)",
          "topk": "sae.encode with a TopK SAE (as python sae.py encode --sae DIR runs one)",
          "sae_jumprelu": "sae.training_step of a JumpReLU SAE (as python sae.py train --architecture jumprelu runs it)",
-         "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C'}
+         "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C',
+         "tuned_lens": "python lens.py train --data FILE",
+         "probe": "python lens.py probe --method logistic"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -262,7 +271,8 @@ NEEDS = {"generate": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15), "params": (9, 10, 1
          "classify": (1, 4, 5, 6, 7, 8, 13, 14, 15, 31), "q8_0": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 35),
          "sae": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 43, 44, 45), "topk": (43, 46),
          "sae_jumprelu": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 47),
-         "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48)}
+         "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48),
+         "tuned_lens": (1, 4, 5, 6, 7, 8, 14, 15, 19, 24, 51), "probe": (1, 4, 5, 6, 7, 8, 14, 15, 52)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise (unless

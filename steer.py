@@ -189,6 +189,13 @@ def vector_hooks(vectors, multiplier=1.0, min_token_index=0):
             for layer, v in vectors.items()}
 
 
+def direction_hooks(direction, site, multiplier=1.0, min_token_index=0):
+    """multiplier · direction added at hook point `site`, as vector_hooks adds a vector at a block's output: a
+    probe's direction (lens.py's steering_direction), pushed where it was read. -> hooks for one text"""
+    (hook,) = vector_hooks({0: direction}, multiplier, min_token_index).values()
+    return {site: hook}
+
+
 # ============================================================================
 # 3. An SAE latent
 # ============================================================================

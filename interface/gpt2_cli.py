@@ -82,6 +82,8 @@ def parse_args(argv):
              "--html")
     if args.draft is not None:
         check_draft_flags(args, given_flags(p, argv))
+    if args.tuned_lens and not (args.lens or args.html):
+        fail("--tuned-lens goes with --lens or --html: the logit lens and the tuned lens, side by side")
     if args.html:
         check_page_folder(args.html)
     return args
@@ -537,6 +539,8 @@ def look_inside_flags(p):
                                                        "position (--json: the numbers)")
     p.add_argument("--html", metavar="FILE", help="write one self-contained page: the tokens, every head's "
                                                   "attention, the logit lens and the next-token table")
+    p.add_argument("--tuned-lens", metavar="LENS_DIR", help="with --lens or --html: a tuned lens's reading beside the "
+                                                            "logit lens's (tuned-lens's folder; lens.py trains one)")
 
 
 def quoted_token(encoder, i):
@@ -570,6 +574,7 @@ def run_lens(args, encoder, hparams, params, splice=({}, None)):
     run = look_inside.run_with_cache([ids], params, hparams, names=look_inside.lens_activations(hparams["n_layer"]),
                                      sae=splice[1], hooks=splice[0])
     lens = look_inside.logit_lens([ids], params, hparams, run=run)
+    tuned = tuned_reading(args, ids, hparams, params, splice)
     if args.json:
         print(json.dumps({"ids": ids, "tokens": [encoder.decode([i]) for i in ids],
                           "layers": look_inside.lens_labels(hparams["n_layer"]),
@@ -578,7 +583,8 @@ def run_lens(args, encoder, hparams, params, splice=({}, None)):
                           "top_prob": np.round(lens["top_prob"][:, 0], 6).tolist(),
                           "target": lens["target"][0].tolist(),
                           "target_prob": np.round(lens["target_prob"][:, 0], 6).tolist(),
-                          "target_rank": lens["target_rank"][:, 0].tolist()}))
+                          "target_rank": lens["target_rank"][:, 0].tolist(),
+                          **({"tuned_lens": tuned_json(encoder, ids, hparams, tuned)} if tuned else {})}))
         return
     def cell(text, width=12):  # one column of the table: cut a long token short
         return (text if len(text) < width else text[:width - 2] + "…").ljust(width)
@@ -587,6 +593,31 @@ def run_lens(args, encoder, hparams, params, splice=({}, None)):
     print(f"{'':<7}" + "".join(cell(shown_token(encoder, i)) for i in ids))
     for name, row in zip(look_inside.lens_labels(hparams["n_layer"]), lens["top"][:, 0]):
         print(f"{name:<7}" + "".join(cell(shown_token(encoder, i)) for i in row))
+    if tuned:
+        from interface import lens_cli
+
+        print()
+        lens_cli.print_table(f"the tuned lens ({args.tuned_lens}): the same, each layer through its translator",
+                             encoder, ids, hparams, tuned["top"][:, 0])
+
+
+def tuned_json(encoder, ids, hparams, tuned):
+    from interface import lens_cli
+
+    return lens_cli.reading_json(encoder, ids, hparams, tuned)
+
+
+def tuned_reading(args, ids, hparams, params, splice):
+    """--tuned-lens: lens.py's reading of the prompt (None without the flag), on the model as spliced."""
+    if not args.tuned_lens:
+        return None
+    import lens
+    from interface import lens_cli  # only with the flag: the lens's chapter is not every command's import
+
+    tuned = lens_cli.loaded_lens(args.tuned_lens, hparams, params)
+    run = look_inside.run_with_cache([ids], params, hparams, names=lens.lens_sites(hparams["n_layer"]),
+                                     sae=splice[1], hooks=splice[0])
+    return lens_cli.host_dict(lens.tuned_lens([ids], params, hparams, tuned, run=run))
 
 
 def run_html(args, encoder, hparams, params, splice=({}, None)):
@@ -598,7 +629,7 @@ def run_html(args, encoder, hparams, params, splice=({}, None)):
     title = os.path.basename(os.path.normpath(args.model))  # a size, or the folder's name
     n_next = args.top or html_page.N_NEXT  # --html FILE --top K: the next-token table's rows
     size = html_page.write_page(args.html, ids, encoder, params, hparams, title=title, n_next=n_next,
-                                hooks=splice[0], sae=splice[1])
+                                hooks=splice[0], sae=splice[1], tuned=tuned_reading(args, ids, hparams, params, splice))
     print(f"{args.html}: {size:,} bytes")
 
 

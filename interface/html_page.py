@@ -44,10 +44,11 @@ def render_page(data):
     return PAGE.replace("{{TITLE}}", html.escape(data["title"])).replace("{{DATA}}", payload)
 
 
-def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT, sae=None, hooks=None):
+def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT, sae=None, hooks=None, tuned=None):
     """Run the model on ids, write the page to path (whole, or not at all); -> its size in bytes.
     n_next: the rows of the next-token table. sae, hooks: look_inside.run_with_cache's (an SAE spliced in, the
-    centring): the page is the spliced model's, and its title says so."""
+    centring): the page is the spliced model's, and its title says so. tuned: lens.tuned_lens's reading of ids,
+    shown as a second grid beside the logit lens's."""
     L, H, T = hparams["n_layer"], hparams["n_head"], len(ids)
     estimate = L * H * T * T * 4 // 3
     if estimate > MAX_BYTES:
@@ -63,6 +64,9 @@ def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT
                      [[encoder.decode([int(i)]) for i in row] for row in lens["top"][:, 0]], lens["top_prob"][:, 0],
                      look_inside.lens_labels(L),
                      [(encoder.decode([int(i)]), p, lp) for i, p, lp in zip(top, probs, logprobs)], title)
+    if tuned is not None:
+        data |= {"tuned_tokens": [[encoder.decode([int(i)]) for i in row] for row in tuned["top"][:, 0]],
+                 "tuned_probs": np.round(tuned["top_prob"][:, 0], 4).tolist()}
     return folders.write_page(path, render_page(data))
 
 
@@ -86,9 +90,9 @@ PAGE = """<!DOCTYPE html>
   #tip { position: fixed; pointer-events: none; background: #222; color: #fff; padding: 3px 6px; border-radius: 3px;
          font-size: 12px; display: none; white-space: pre; }
   table { border-collapse: collapse; } td, th { padding: 2px 5px; font-size: 12px; }
-  #lens td { font-family: ui-monospace, monospace; white-space: pre; border: 1px solid #eee; max-width: 90px;
+  #lens td, #tuned td { font-family: ui-monospace, monospace; white-space: pre; border: 1px solid #eee; max-width: 90px;
              overflow: hidden; text-overflow: ellipsis; }
-  #lens th { font-weight: normal; color: #666; }
+  #lens th, #tuned th { font-weight: normal; color: #666; }
   #next td { border-bottom: 1px solid #eee; font-family: ui-monospace, monospace; }
   .bar { display: inline-block; height: 10px; background: #4a7fd0; }
 </style>
@@ -108,6 +112,12 @@ PAGE = """<!DOCTYPE html>
 <div class="note">each layer's most likely next token at each position: ln_f(residual stream) @ wte&#7488;;
 darker is more probable; the last row is the model's prediction</div>
 <div style="overflow-x: auto"><table id="lens"></table></div>
+<div id="tuned-part" style="display: none">
+<h2>The tuned lens</h2>
+<div class="note">the same, each layer's residual stream first moved by its translator, h + h A&#7488; + b, trained so that
+its reading matches the model's final distribution (lens.py)</div>
+<div style="overflow-x: auto"><table id="tuned"></table></div>
+</div>
 <h2>The next token</h2>
 <table id="next"></table>
 <div id="tip"></div>
@@ -175,16 +185,22 @@ function update() {
 }
 layerSel.onchange = update; headSel.onchange = update; update();
 
-const lens = document.getElementById("lens");
-const head = lens.insertRow(); head.appendChild(document.createElement("th"));
-D.tokens.forEach(t => { const th = document.createElement("th"); th.textContent = show(t); head.appendChild(th); });
-D.layers.forEach((name, l) => {
-  const row = lens.insertRow(), th = document.createElement("th"); th.textContent = name; row.appendChild(th);
-  D.lens_tokens[l].forEach((t, i) => { const td = row.insertCell(), p = D.lens_probs[l][i];
-    td.textContent = show(t); td.style.background = "rgba(74,127,208," + p.toFixed(3) + ")";
-    if (p > 0.5) td.style.color = "#fff";
-    td.title = name + ", after '" + show(D.tokens[i]) + "': '" + show(t) + "' p = " + p.toFixed(4); });
-});
+function grid(table, tokens, probs) {
+  const head = table.insertRow(); head.appendChild(document.createElement("th"));
+  D.tokens.forEach(t => { const th = document.createElement("th"); th.textContent = show(t); head.appendChild(th); });
+  D.layers.forEach((name, l) => {
+    const row = table.insertRow(), th = document.createElement("th"); th.textContent = name; row.appendChild(th);
+    tokens[l].forEach((t, i) => { const td = row.insertCell(), p = probs[l][i];
+      td.textContent = show(t); td.style.background = "rgba(74,127,208," + p.toFixed(3) + ")";
+      if (p > 0.5) td.style.color = "#fff";
+      td.title = name + ", after '" + show(D.tokens[i]) + "': '" + show(t) + "' p = " + p.toFixed(4); });
+  });
+}
+grid(document.getElementById("lens"), D.lens_tokens, D.lens_probs);
+if (D.tuned_tokens) {
+  document.getElementById("tuned-part").style.display = "";
+  grid(document.getElementById("tuned"), D.tuned_tokens, D.tuned_probs);
+}
 
 const next = document.getElementById("next");
 next.innerHTML = "<tr><th>token</th><th>prob</th><th>log p</th><th></th></tr>";

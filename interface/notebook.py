@@ -105,6 +105,11 @@ COMMANDS = {
     "patch": ["circuits.py", "patch", *IOI, "--site", "head", "--model", "MODEL"],
     "dla": ["circuits.py", "dla", *IOI[:2], *IOI[4:], "--model", "MODEL"],
     "attribution": ["circuits.py", "attribution", *IOI, "--site", "head", "--model", "MODEL"],
+    "tuned_lens": ["lens.py", "train", "--model", "MODEL", "--data", "TEXT", "--out", "OUT", "--steps", "3",
+                   "--batch-size", "2", "--context", "16", "--json", "--quiet"],
+    "probe": ["lens.py", "probe", "--model", "MODEL", "--data", os.path.join("data", "speakers.jsonl"), "--site",
+              "blocks.1.hook_resid_pre", "--position", "mean", "--method", "logistic", "--out", "OUT", "--json",
+              "--quiet"],
 }
 TEXT_CHARACTERS = 2000  # of Shakespeare, for TEXT: a few seconds of training or scoring
 

@@ -70,8 +70,10 @@ def parse_args(argv):
                                                                                    "another pair)")
     v.add_argument("--negative", action="append", default=[], metavar="TEXT", help="its negative text")
     v.add_argument("--pairs", metavar="FILE.jsonl", help='more pairs, a {"positive", "negative"} object a line')
-    v.add_argument("--layer", required=True, type=int, action="append", metavar="L",
-                   help="the block whose output is steered (again: several)")
+    v.add_argument("--layer", type=int, action="append", metavar="L",
+                   help="the block whose output is steered (again: several); with --direction, the probe's block")
+    v.add_argument("--direction", metavar="PROBE_DIR", help="push along a probe's direction (lens.py probe) at its "
+                                                            "hook point, instead of pairs' differences")
     v.add_argument("--aggregator", default="mean", help="mean (of the differences) or pca (their top direction, "
                                                         "unit norm) (default mean)")
     v.add_argument("--read-token-index", type=int, default=-1, metavar="I",
@@ -106,7 +108,15 @@ def check_flags(args, argv):
         g.check_sampling(args.n_tokens, args.temperature, args.top_k, args.top_p, 1, args.min_p)
     except UserError as e:
         fail(message(e))
-    if args.command == "vector":
+    if args.command == "vector" and args.direction:
+        pairs = [f for f, given in (("--positive", args.positive), ("--pairs", args.pairs),
+                                    ("--aggregator", "--aggregator" in argv),
+                                    ("--read-token-index", "--read-token-index" in argv)) if given]
+        if pairs:
+            fail(f"{pairs[0]} makes a vector from pairs; --direction takes the probe's: give one of them")
+    elif args.command == "vector":
+        if not args.layer:
+            fail("vector needs --layer L (the block whose output is steered), or --direction PROBE_DIR")
         if len(args.positive) != len(args.negative):
             fail(f"{plural(len(args.positive), '--positive')} and {plural(len(args.negative), '--negative')}: give "
                  "them in pairs")
@@ -174,12 +184,33 @@ def read_pairs(args, encoder):
 
 def vector(args, encoder, hparams, params):
     prompt = encoder.encode(args.prompt) or [encoder.eot]
+    if args.direction:
+        return probe_direction(args, hparams, prompt)
     pairs = read_pairs(args, encoder)
     vectors = S.train_vector(params, hparams, pairs, args.layer, args.aggregator, args.read_token_index)
     return prompt, lambda: S.vector_hooks(vectors, args.multiplier, args.min_token_index), \
         {"vectors": {str(layer): v.tolist() for layer, v in vectors.items()}}, \
         f"{plural(len(pairs), 'pair')}' {args.aggregator} at layer {', '.join(map(str, args.layer))}, " \
         f"multiplier {args.multiplier:g}"
+
+
+def probe_direction(args, hparams, prompt):
+    """--direction PROBE_DIR: the probe's direction in the activation's space, pushed at its hook point."""
+    import lens
+    from plumbing import lens_files
+    from sae import site_layer
+
+    probe = lens_files.load_probe(args.direction)
+    site = probe["site"]
+    if lens.check_probe_site(site, hparams) != len(probe["direction"]):
+        raise UserError(f"the probe reads {len(probe['direction'])} numbers at {site}; this model's are "
+                        f"{lens.check_probe_site(site, hparams)}: it was fit on another model", path=args.direction)
+    if args.layer and args.layer != [site_layer(site, hparams["n_layer"])]:
+        raise UserError(f"--layer {' '.join(map(str, args.layer))}: the probe reads {site}; leave out --layer, or "
+                        "fit a probe at the layer to steer")
+    v = lens.steering_direction(probe)
+    return prompt, lambda: S.direction_hooks(v, site, args.multiplier, args.min_token_index), \
+        {"direction": v.tolist(), "site": site}, f"the probe {args.direction} at {site}, multiplier {args.multiplier:g}"
 
 
 def latent(args, encoder, hparams, params):

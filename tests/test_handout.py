@@ -395,6 +395,11 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
               "--model", "model", "--greedy", "--n-tokens", "8", "--quiet"],
     "topk": ["-c", TOPK],
     "sae_jumprelu": ["-c", SAE_JUMPRELU],
+    "tuned_lens": ["lens.py", "train", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "3",
+                   "--batch-size", "2", "--context", "16", "--json", "--quiet"],
+    "probe": ["lens.py", "probe", "--model", "model", "--data", os.path.join("data", "speakers.jsonl"), "--site",
+              "blocks.1.hook_resid_pre", "--position", "mean", "--method", "logistic", "--out", "trained", "--json",
+              "--quiet"],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -456,6 +461,10 @@ WRONG = {
                   "adamw_step_fast(params if adapters is None else adapters, grads, state, recipe['lr'], "
                   "beta2=recipe['beta2'], weight_decay=recipe['weight_decay'], grad_scale=scale)\n"
                   "return {'lr': recipe['lr'], **metrics}",  # the schedule forgotten
+    "tuned_lens_logits": "return matmul(layer_norm(linear(h, translator['weight'].T, translator['bias']), **ln_f, "
+                         "eps=eps), wte.T)",  # the translator's output alone: h itself not added back
+    "logistic_gradient": "r = -C * s * sigmoid(-s * (X @ w + b))\nreturn w + X.T @ r, float(r.sum()) + b",
+    # the intercept penalised too
     "gelu_backward": "t = np.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x ** 3))\n"
                      "return dy * 0.5 * (1.0 + t)",  # the product rule's second term forgotten
 }

@@ -133,6 +133,13 @@ WRONG_ANSWERS = {  # function: [(body, or (old, new) in the right body), what is
     "dpo_loss": [(("rewards[:P] > rewards[P:]", "rewards[:P] >= rewards[P:]"), "a tie counted as right"),
                  (("pull = beta * sigmoid(-beta * delta) / P", "pull = beta * sigmoid(beta * delta) / P"),
                   "σ(β δ): the pairs already right pulled hardest")],
+    "tuned_lens_logits": [("return matmul(layer_norm(linear(h, translator['weight'].T, translator['bias']), **ln_f, "
+                           "eps=eps), wte.T)", "the translator's output alone, not added to h (the paper's formula, "
+                                               "not tuned-lens's)"),
+                          (("translate(h, **translator)", "translate(h, translator['weight'].T, translator['bias'])"),
+                           "h A, not h Aᵀ (torch's Linear)")],
+    "logistic_gradient": [(("float(r.sum())", "float(r.sum()) + b"), "the intercept penalised too"),
+                          (("sigmoid(-s * (X @ w + b))", "sigmoid(s * (X @ w + b))"), "σ of the margin, not of minus it")],
 }
 
 
