@@ -172,11 +172,20 @@ NEW = ["train", "--site", HOOK, "--d-sae", "16", "--batch-tokens", "64", "--cont
      "give --aux-loss-coefficient 0"),
     (["--normalize-activations", "whitening", "--l1", "1", "--tokens", "64"], "invalid choice"),
     (["--l1", "1", "--tokens", "64", "--d-sae", "99999999999"], "GB are free: choose a smaller --d-sae"),
+    (["--l1", "1", "--tokens", "64", "--d-sae", "1000000000000"], "needs 1.8 PB, but"),  # not "1808000.0 GB"
 ])
 def test_every_train_flag_is_checked_before_any_work(data, tmp_path, capsys, flags, words):
     r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", *flags, "--out", tmp_path / "out")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_out_a_file_is_said_to_be_a_file(data, tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--l1", "1", "--tokens", "64", "--out", tmp_path / "file")
+    assert r.returncode == 2 and r.stderr == f"error: {tmp_path / 'file'}: is a file, not a folder: choose a new one, " \
+                                              "or --resume the run saved there\n", r.stderr
+    assert (tmp_path / "file").read_text() == "x"
 
 
 def test_a_site_the_model_lacks_says_how_many_blocks_it_has(data, tmp_path, capsys):
