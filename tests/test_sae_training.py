@@ -26,7 +26,10 @@ CASES = {  # make_sae_training_golden.py's CASES: (architecture, settings, norma
                                           "jumprelu_ste_to_input": True}, "layer_norm", 0.7),
     "standard_layer_norm": ("standard", {"l1_coefficient": 0.3}, "layer_norm", 0.3),
     "standard_constant_norm": ("standard", {"l1_coefficient": 0.3}, "constant_norm_rescale", 0.3),
+    "topk_layer_norm": ("topk", {"k": 4, "aux_loss_coefficient": 0.5}, "layer_norm", 0.0),
+    "batchtopk_constant_norm": ("batchtopk", {"k": 2.5, "topk_threshold_lr": 0.1}, "constant_norm_rescale", 0.0),
 }
+ALIVE = ("topk_layer_norm", "batchtopk_constant_norm")  # no latent dead: SAELens takes no AuxK under run-time norms
 
 
 def close(ours, theirs, tol=1e-5):
@@ -39,7 +42,8 @@ def close(ours, theirs, tol=1e-5):
 def case(name, dtype=np.float32):
     """-> (the SAE at init, its settings, the coefficient)"""
     arch, own, norm, coefficient = CASES[name]
-    settings = {"architecture": arch, **S.TRAINING_DEFAULTS[arch], **own, "dead_feature_window": 1}
+    settings = {"architecture": arch, **S.TRAINING_DEFAULTS[arch], **own,
+                "dead_feature_window": 1000 if name in ALIVE else 1}
     sae = {k.split("/")[-1]: GOLDEN[k].astype(dtype) for k in GOLDEN.files if k.startswith(f"{name}/init/")}
     sae.pop("topk_threshold", None)
     sae["cfg"] = {"normalize_activations": norm, "apply_b_dec_to_input": True, "d_in": 8, "d_sae": 32}
@@ -75,7 +79,7 @@ def test_four_steps_equal_saelens_trainer_and_its_saved_folder(name):
         close(sae[k], GOLDEN[f"{name}/trained/{k}"], 1e-5)
     if settings["architecture"] == "batchtopk":
         assert state["topk_threshold"] == pytest.approx(float(GOLDEN[f"{name}/trained/topk_threshold"]), rel=1e-5)
-    if name.startswith(("topk", "batchtopk")):
+    if name.startswith(("topk", "batchtopk")) and name not in ALIVE:
         assert any(GOLDEN[f"{name}/steps/{i}/auxiliary_reconstruction_loss"] > 0 for i in range(4))  # AuxK at work
     saved = S.inference_sae(sae, settings, state["topk_threshold"])
     inference = {k.split("/")[-1]: GOLDEN[k] for k in GOLDEN.files if k.startswith(f"{name}/inference/")}
@@ -88,6 +92,23 @@ def test_four_steps_equal_saelens_trainer_and_its_saved_folder(name):
         {k: cfg[k] for k in ("k", "rescale_acts_by_decoder_norm") if k in cfg}
     for k in ("training_architecture", "training_architecture_details"):
         assert saved["cfg"]["metadata"][k] == cfg["metadata"][k]
+
+
+@pytest.mark.parametrize("name", ALIVE)
+def test_under_run_time_normalisation_auxk_stops_where_saelens_raises(name):
+    """SAELens 6.54.12 trains TopK and BatchTopK under layer_norm and constant_norm_rescale while no latent is dead
+    (the goldens above: AuxK 0) and raises at a step with one (its residual x - x̂ would be in the input's units,
+    the dead latents' rebuilding in the normalised ones): the same step is NoAuxK here, a UserError; with the
+    coefficient 0 the loss is 0 and the step goes on (SAELens raises all the same)."""
+    assert "does not support activation normalization" in str(GOLDEN[f"{name}/raises"])
+    sae, settings, coefficient = case(name)
+    dead = GOLDEN["topk/dead"]  # half the latents
+    with pytest.raises(S.NoAuxK, match=f"{int(dead.sum())} latents dead .* takes no AuxK loss under normalize_"
+                                       f"activations {sae['cfg']['normalize_activations']}"):
+        S.training_backward(GOLDEN[f"{name}/x"], sae, settings, coefficient, dead)
+    losses, _, _ = S.training_backward(GOLDEN[f"{name}/x"], sae, {**settings, "aux_loss_coefficient": 0.0},
+                                       coefficient, dead)
+    assert losses["auxiliary_reconstruction_loss"] == 0.0
 
 
 def as64(sae):
@@ -170,6 +191,7 @@ CLI_FLAGS = {  # the goldens' settings as sae.py train's flags (k, and the norma
     "jumprelu": ["--jumprelu-bandwidth", "0.5", "--l0-coefficient", "0.7", "--pre-act-loss-coefficient", "0.3"],
     "jumprelu_tanh_ste_ln": ["--jumprelu-bandwidth", "0.5", "--l0-coefficient", "0.7", "--jumprelu-sparsity-loss-mode",
                              "tanh", "--jumprelu-ste-to-input", "true"],
+    "topk_layer_norm": ["--aux-loss-coefficient", "0.5"],  # the pair sae.py train refused (issue 51 §5)
 }
 
 
@@ -187,7 +209,7 @@ def test_sae_py_train_from_a_saelens_trainer_folder_equals_its_trainer(name, tmp
     out = tmp_path / "out"
     r = in_process(sae_cli.main, capsys, "train", "--init", os.path.join(DATA, "sae_training_golden", name),
                    "--activations", tmp_path / "acts.npy", "--batch-tokens", "64", "--tokens", "256", "--lr", "1e-2",
-                   "--dead-feature-window", "1", *CLI_FLAGS[name], "--out", out, "--quiet",
+                   "--dead-feature-window", "1000" if name in ALIVE else "1", *CLI_FLAGS[name], "--out", out, "--quiet",
                    "--model", os.path.join(DATA, "hf", "tiny"))
     assert r.returncode == 0, r.stderr
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
