@@ -166,6 +166,17 @@ def sae_splice(args, hparams):
     return hooks, sae.splice(chosen, args.use_error_term)
 
 
+def spliced_line(args, sae):
+    """What a reading says first when the model is not as it came (sae_flags): "with the SAE DIR at HOOK (reading
+    HOOK_IN) with its error term and the writing weights centred". sae: sae_splice's, or None."""
+    reads = f" (reading {sae[3]})" if sae and sae[3] != sae[0] else ""  # a transcoder
+    what = [f"the SAE {args.sae} at {sae[0]}{reads}" + (" with its error term" if args.use_error_term else "")] \
+        if sae else []
+    what += ["the writing weights centred"] if args.center_writing_weights else []
+    what += ["the layer norms folded"] if args.fold_ln else []
+    return "with " + " and ".join(what)
+
+
 def device_name(text):
     """An argparse type: cpu or gpu ("--device must be one of cpu, gpu, got 'tpu'")."""
     if text not in device.DEVICES:

@@ -402,11 +402,15 @@ def test_the_readings_take_an_sae_spliced_in(tmp_path, capsys):
     for same in (f"--sae {SAE_DIR} --use-error-term", "--center-writing-weights"):  # neither changes the output
         assert scores[same]["loss"] == pytest.approx(scores[""]["loss"], abs=1e-5)
     assert abs(scores[f"--sae {SAE_DIR}"]["loss"] - scores[""]["loss"]) > 1e-3
+    assert scores[f"--sae {SAE_DIR}"]["sae"] == HOOK and "sae" not in scores[""]  # as circuits.py's JSON says it
+    from conftest import in_process
+    from interface import gpt2_cli
+
+    r = in_process(gpt2_cli.main, capsys, text, "--score", "--sae", SAE_DIR, "--use-error-term", "--model", MODEL)
+    assert r.stdout.startswith(f"with the SAE {SAE_DIR} at {HOOK} with its error term\ntoken "), r.stdout
     r = gpt2_numpy(text, "--trace", "--json", "--sae", SAE_DIR)
     names = [s["name"] for s in json.loads(r.stdout)["stages"]]
     assert names.index(f"{HOOK}.hook_sae_acts_post") == names.index(HOOK) + 3
-    from conftest import in_process
-    from interface import gpt2_cli
 
     page = tmp_path / "page.html"
     r = in_process(gpt2_cli.main, capsys, text, "--html", page, "--sae", SAE_DIR, "--center-writing-weights",
@@ -462,3 +466,24 @@ def test_saelens_loads_what_sae_py_trains(data, tmp_path, flags):
     hook, d_sae, total = r.stdout.split()
     assert hook == HOOK and int(d_sae) == 16
     assert float(total) == pytest.approx(float(sae_files.load_sae(str(out))["W_dec"].sum()), rel=1e-5)
+
+
+def test_dla_by_latent_on_a_topk_sae_lists_the_latents_that_fire_and_no_zeros(capsys):
+    """A TopK SAE fires k latents a token: the table listed 16 more at 0.000 among "the 20 of the largest share"."""
+    import sae as S
+    from conftest import in_process
+    from interface import circuits_cli
+    from interface.loading import load_model
+
+    folder, clean = os.path.join(DATA, "sae_arch", "topk"), "When Mary and John went to the store, John gave a drink to"
+    encoder, hparams, params = load_model(MODEL)
+    ids = [encoder.eot] + encoder.encode(clean)
+    fired = np.flatnonzero(S.encode(S.gather(ids, params, hparams, HOOK)[0, -1:], sae_files.load_sae(folder))[0])
+    assert len(fired) == 4  # k
+    args = ("dla", "--clean", clean, "--answer", " Mary", "--wrong", " John", "--by", "latent", "--sae", folder,
+            "--model", MODEL)
+    r = in_process(circuits_cli.main, capsys, *args)
+    assert "the 4 latents that fire, fewer than 20 (f_i W_dec[i]" in r.stdout, r.stdout
+    assert sorted(int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("latent ")) == \
+        fired.tolist()
+    assert sorted(json.loads(in_process(circuits_cli.main, capsys, *args, "--json").stdout)["top"]) == fired.tolist()
