@@ -12,7 +12,7 @@ writes it as a sum of few directions out of many (d_sae of them, d_sae >> d_in):
                           normalisation (OpenAI's layer_norm)
   2. its loss             Σ_d (x̂ - x)², the mean over tokens, + C · Σ_i f_i ‖W_dec[i]‖, the mean over tokens
   3. its backward         by hand, beside the loss; Adam and clipping are optimizer.py's
-  4. training             SAELens's initialisation, the L1 warm-up, one step
+  4. training             SAELens's initialisation, the L1 warm-up, one step; every architecture; transcoders
   5. activations          gathered through look_inside's hooks, the forward pass stopped after the hook's layer;
                           their normalisation, and the factor folded into the weights at save
   6. splicing             the hook point's output replaced by x̂ (or x̂ plus the error term, which changes nothing)

@@ -4,6 +4,7 @@
                            [--architecture standard|topk|batchtopk|jumprelu] [its flags: --l1 C, --k K, ...]
                            [--lr 3e-4] [--batch-tokens 4096] [--context 128] [--seed S] [--init SAE_DIR]
                            [--normalize-activations none|expected_average_only_in|constant_norm_rescale|layer_norm]
+                           [--site-out HOOK [--skip-transcoder]]   a transcoder: from --site's activation to this one's
     python sae.py train    --out DIR --resume                   go on with a run stopped by Ctrl-C, bit for bit
     python sae.py eval     --sae SAE_DIR --data FILE [--json]
     python sae.py encode   --sae SAE_DIR --text T [--k 5] [--json]
@@ -110,7 +111,9 @@ def train_parser(commands):
     a.add_argument("--l1-warm-up", type=at_least(0), help="steps over which it grows from 0 (default 0)")
     a = t.add_argument_group("topk and batchtopk")
     a.add_argument("--k", type=number, help="latents a token (batchtopk: on average over the batch; default 100)")
-    a.add_argument("--aux-loss-coefficient", type=number, help="AuxK's weight (default 1.0)")
+    a.add_argument("--aux-loss-coefficient", type=number, help="AuxK's weight (default 1.0; SAELens takes no AuxK "
+                                                               "under layer_norm or constant_norm_rescale: such a run "
+                                                               "stops at the first dead latent)")
     a.add_argument("--rescale-acts-by-decoder-norm", type=true_or_false, metavar="true|false",
                    help="choose by h_i ‖W_dec[i]‖ (default true)")
     a.add_argument("--topk-threshold-lr", type=number, help="batchtopk: the running threshold's rate (default 0.01)")
