@@ -382,6 +382,9 @@ def starting_sae(args, hparams):
         sae, topk_threshold = initial_sae(args)
         site = S.check_fits(sae, hparams)
         arch = sae["cfg"].get("architecture", "standard")
+        if arch.endswith("transcoder") or S.hook_name_out(sae) != site:
+            raise UserError(f"is a transcoder (from {site} to {S.hook_name_out(sae)}): --init continues an SAE; "
+                            "--site-out trains a new transcoder, and --resume continues a run", path=args.init)
         if arch not in S.TRAINED_ARCHITECTURES:
             raise UserError(f"is a {arch} SAE: sae.py trains {', '.join(S.TRAINED_ARCHITECTURES)}", path=args.init)
         if args.architecture and args.architecture != arch:

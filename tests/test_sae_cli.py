@@ -241,6 +241,20 @@ def test_topk_under_layer_norm_trains_until_a_latent_is_dead_then_stops_as_saele
     assert r.returncode == 0 and len((out / "train_log.jsonl").read_text().splitlines()) == 10, r.stderr
 
 
+def test_init_from_a_transcoder_is_refused_not_trained_as_an_sae(data, tmp_path, capsys):
+    """A TopK transcoder is a topk folder whose metadata names hook_name_out: --init would have trained it to
+    rebuild its own input."""
+    topk = sae_files.load_sae(os.path.join(DATA, "sae_arch", "topk"))
+    topk["cfg"]["metadata"]["hook_name_out"] = "blocks.1.hook_mlp_out"
+    sae_files.save_sae(str(tmp_path / "topk_tc"), topk)
+    for folder in (str(tmp_path / "topk_tc"), os.path.join(DATA, "sae_arch", "transcoder")):
+        r = sae_cli_main(capsys, "train", "--init", folder, "--data", data / "text.txt", "--tokens", "64",
+                         "--batch-tokens", "64", "--out", tmp_path / "out")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "is a transcoder (from blocks." in r.stderr, \
+            r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["topk_tc"]
+
+
 def test_out_a_file_is_said_to_be_a_file(data, tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--l1", "1", "--tokens", "64", "--out", tmp_path / "file")
