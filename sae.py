@@ -359,7 +359,8 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None, target=None)
            rescale_acts_by_decoder_norm (the decoder is then as if its rows had norm 1)
       f  standard ReLU(h); TopK ReLU of each row's k largest; BatchTopK the batch's ⌊k N⌋ largest of ReLU(h);
          JumpReLU h · [h > θ]
-      x̂  = (f / n) W_dec + b_dec (f W_dec + b_dec without the rescaling), de-normalised
+      x̂  = (f / n) W_dec + b_dec (f W_dec + b_dec without the rescaling), de-normalised (a transcoder's not), and
+           + x W_skipᵀ for a skip transcoder
       mse_loss = mean_t Σ_d (x̂ - x)²  and the architecture's own: standard's l1_loss C mean_t Σ_i f_i n_i; TopK's
       auxiliary_reconstruction_loss (AuxK: the dead latents' top d_in/2 pre-activations rebuild the residual
       x - x̂, scaled by min(dead / (d_in/2), 1)); JumpReLU's l0_loss (step: C mean_t Σ_i [h > θ]; tanh:
@@ -626,8 +627,8 @@ def inference_sae(sae, settings, topk_threshold=0.0, factor=None):
 # architecture's own terms (training_backward's target; AuxK's residual y - x̂). Its b_dec is the output's, never
 # taken from x, and x̂ is not de-normalised; a skip transcoder adds x W_skipᵀ (W_skip [d_out, d_in], from 0).
 # SAELens reads the folder back as its Transcoder, SkipTranscoder, JumpReLUTranscoder or JumpReLUSkipTranscoder
-# (a BatchTopK's a JumpReLU's, as for SAEs); a TopK one as a topk SAE whose metadata names hook_name_out, as
-# circuit-tracer's readers take it (SAELens has no TopK transcoder class, nor a TopK skip transcoder).
+# (a BatchTopK's a JumpReLU's, as for SAEs); a TopK one as a topk SAE whose metadata names hook_name_out, which
+# circuits.py's attribution graphs read as a transcoder (SAELens has no TopK transcoder, nor a TopK skip one).
 
 SAVED_TRANSCODERS = {("standard", False): "transcoder", ("standard", True): "skip_transcoder",
                      ("jumprelu", False): "jumprelu_transcoder", ("jumprelu", True): "jumprelu_skip_transcoder",

@@ -56,8 +56,8 @@ def common(p, data=True):
 
 
 NOT_SAVED = ("command", "out", "resume", "quiet", "json", "threads", "base_url", "models_dir", "given")
-FIXED = ("architecture", "site", "site_out", "skip_transcoder", "d_sae", "init", "data", "activations", "seed", "context", "batch_tokens",
-         "normalize_activations", "model", "center_writing_weights")  # a resumed run is the same run: these stay
+FIXED = ("architecture", "site", "site_out", "skip_transcoder", "d_sae", "init", "data", "activations", "seed",
+         "context", "batch_tokens", "normalize_activations", "model", "center_writing_weights")  # a resumed run is the same run: these stay
 MOST_STEPS = 10 ** 9  # train.py's most micro-batches: no run finishes more
 BOOLEAN = {"true": True, "false": False}
 ARCH_FLAGS = {  # each architecture's flags, SAELens's config fields with dashes (standard's keep their names)
@@ -238,7 +238,8 @@ def check_transcoder_flags(args):
              "--architecture")
     if args.normalize_activations == "expected_average_only_in":
         fail("a transcoder trains with --normalize-activations none, layer_norm or constant_norm_rescale: "
-             "expected_average_only_in's factor is folded into an SAE's decoder, and a transcoder's output is not scaled")
+             "expected_average_only_in's factor is folded into an SAE's decoder, and a transcoder's output is not "
+             "scaled")
     if args.architecture == "topk" and args.normalize_activations != "none":
         fail(f"a TopK transcoder is read back as SAELens's topk SAE, which de-normalises its output: train it with "
              f"--normalize-activations none, not {args.normalize_activations}")
@@ -494,7 +495,8 @@ def train(args):
             print(f"\n{what}: saved step {state['step']} in {args.out}; --resume continues", file=sys.stderr)
         return 130
     except (S.Diverged, S.NoAuxK) as e:
-        raise refused_step(e, args, first, state, lambda: S.inference_sae(sae, settings, state["topk_threshold"], factor),
+        raise refused_step(e, args, first, state,
+                           lambda: S.inference_sae(sae, settings, state["topk_threshold"], factor),
                            lambda: save(args.out, sae, settings, state, factor, log, config)) from None
     save(args.out, sae, settings, state, factor, log, config)
     if args.json:

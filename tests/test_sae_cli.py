@@ -257,9 +257,10 @@ def test_init_from_a_transcoder_is_refused_not_trained_as_an_sae(data, tmp_path,
 
 def test_out_a_file_is_said_to_be_a_file(data, tmp_path, capsys):
     (tmp_path / "file").write_text("x")
-    r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--l1", "1", "--tokens", "64", "--out", tmp_path / "file")
-    assert r.returncode == 2 and r.stderr == f"error: {tmp_path / 'file'}: is a file, not a folder: choose a new one, " \
-                                              "or --resume the run saved there\n", r.stderr
+    r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--l1", "1", "--tokens", "64", "--out",
+                     tmp_path / "file")
+    said = f"error: {tmp_path / 'file'}: is a file, not a folder: choose a new one, or --resume the run saved there\n"
+    assert r.returncode == 2 and r.stderr == said, r.stderr
     assert (tmp_path / "file").read_text() == "x"
 
 

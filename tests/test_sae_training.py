@@ -313,7 +313,8 @@ def test_gather_all_of_two_sites_is_each_sites_side_by_side():
     np.testing.assert_array_equal(both[..., 8:], S.gather(rows, params, hparams, SITE_OUT))
 
 
-RUNS = {"skip_transcoder": ("standard", True, ["--l1", "0.3"]), "topk": ("topk", False, ["--architecture", "topk", "--k", "3"]),
+RUNS = {"skip_transcoder": ("standard", True, ["--l1", "0.3"]),
+        "topk": ("topk", False, ["--architecture", "topk", "--k", "3"]),
         "jumprelu_skip_transcoder": ("batchtopk", True, ["--architecture", "batchtopk", "--k", "2.5"]),
         "jumprelu_transcoder": ("jumprelu", False, ["--architecture", "jumprelu"])}
 

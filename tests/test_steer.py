@@ -285,7 +285,8 @@ def test_a_strength_just_under_the_overflow_steers_and_one_that_overflows_inside
     with pytest.raises(UserError, match="overflows float32"):
         S.latent_vector(sae, 0, bound * 1.01)
     v = S.latent_vector(sae, 0, bound * 0.99)
-    logits = S.steered_logits([encoder.eot, 40, 892], params, hparams, S.add_everywhere_hooks(v, "blocks.1.hook_resid_pre"))
+    hooks = S.add_everywhere_hooks(v, "blocks.1.hook_resid_pre")
+    logits = S.steered_logits([encoder.eot, 40, 892], params, hparams, hooks)
     assert np.isfinite(logits).all()
     huge = lambda: {"blocks.0.ln1.hook_normalized": lambda x, name: x * np.float32(1e30)}  # noqa: E731
     for kv_cache in (True, False):
