@@ -12,7 +12,7 @@ writes it as a sum of few directions out of many (d_sae of them, d_sae >> d_in):
                           normalisation (OpenAI's layer_norm)
   2. its loss             Σ_d (x̂ - x)², the mean over tokens, + C · Σ_i f_i ‖W_dec[i]‖, the mean over tokens
   3. its backward         by hand, beside the loss; Adam and clipping are optimizer.py's
-  4. training             SAELens's initialisation, the L1 warm-up, one step
+  4. training             SAELens's initialisation, the L1 warm-up, one step; every architecture; transcoders
   5. activations          gathered through look_inside's hooks, the forward pass stopped after the hook's layer;
                           their normalisation, and the factor folded into the weights at save
   6. splicing             the hook point's output replaced by x̂ (or x̂ plus the error term, which changes nothing)
@@ -39,7 +39,7 @@ import numpy as np
 from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax
 from look_inside import activation_shapes, check_names, model_hook, run_with_hooks
 from optimizer import adamw_update, clip_scale
-from plumbing.errors import UserError
+from plumbing.errors import UserError, plural
 
 PARAMS = ("W_enc", "b_enc", "W_dec", "b_dec")  # SAELens's tensor names, in sae_weights.safetensors
 DECODER_INIT_NORM = 0.1  # SAELens's decoder_init_norm: each decoder row starts this long (Anthropic, 2024)
@@ -259,8 +259,8 @@ def new_sae(d_in, d_sae, seed=0, apply_b_dec_to_input=True, metadata=None):
 
 
 def trained(sae):
-    """The tensors a step trains: the four, and a JumpReLU's threshold."""
-    return [k for k in PARAMS + ("threshold",) if k in sae]
+    """The tensors a step trains: the four, a JumpReLU's threshold and a skip transcoder's W_skip."""
+    return [k for k in PARAMS + ("threshold", "W_skip") if k in sae]
 
 
 def new_adam_state(sae):
@@ -348,17 +348,19 @@ def rectangle(u):
     return ((u > -0.5) & (u < 0.5)).astype(np.float32)
 
 
-def training_backward(x, sae, settings, coefficient=0.0, dead=None):
+def training_backward(x, sae, settings, coefficient=0.0, dead=None, target=None):
     """The training forward of any of the four architectures, its SAELens losses and every gradient, by hand.
     x [N, d_in] (scaled already, if expected_average_only_in); settings: the architecture's config fields
     ({"architecture", ...}, TRAINING_DEFAULTS'); coefficient: this step's l1 or l0 coefficient; dead [d_sae]
     bool: the latents that have not fired for dead_feature_window steps (the trainer's dead_neuron_mask).
+    target [N, d_out]: a transcoder's (section 4c), what x̂ is to rebuild in x's place, never de-normalised.
 
       h  = (x' - b_dec) W_enc + b_enc, times n_i = ‖W_dec[i]‖ for TopK and BatchTopK with
            rescale_acts_by_decoder_norm (the decoder is then as if its rows had norm 1)
       f  standard ReLU(h); TopK ReLU of each row's k largest; BatchTopK the batch's ⌊k N⌋ largest of ReLU(h);
          JumpReLU h · [h > θ]
-      x̂  = (f / n) W_dec + b_dec (f W_dec + b_dec without the rescaling), de-normalised
+      x̂  = (f / n) W_dec + b_dec (f W_dec + b_dec without the rescaling), de-normalised (a transcoder's not), and
+           + x W_skipᵀ for a skip transcoder
       mse_loss = mean_t Σ_d (x̂ - x)²  and the architecture's own: standard's l1_loss C mean_t Σ_i f_i n_i; TopK's
       auxiliary_reconstruction_loss (AuxK: the dead latents' top d_in/2 pre-activations rebuild the residual
       x - x̂, scaled by min(dead / (d_in/2), 1)); JumpReLU's l0_loss (step: C mean_t Σ_i [h > θ]; tanh:
@@ -373,6 +375,7 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
     N = x.shape[0]
     dead = np.zeros(sae["b_enc"].shape, bool) if dead is None else dead
     x_in, stats = normalize(x, sae)
+    stats = stats if target is None else None  # a transcoder's output is not de-normalised (SAELens's)
     scale = stats[0] if stats else np.float32(1)  # denormalize multiplies the output by it
     applied = cfg.get("apply_b_dec_to_input", True)
     sae_in = x_in if not applied else x_in - sae["b_dec"]  # [N, d_in]: b_dec is the origin where applied
@@ -391,8 +394,11 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
         passes = h > 0
     f = h * passes  # [N, d_sae]
     g = f / n if rescale else f  # what the decoder's rows are weighted by
-    x_hat = denormalize(g @ sae["W_dec"] + sae["b_dec"], stats)  # [N, d_in]
-    err = x_hat - x
+    x_hat = denormalize(g @ sae["W_dec"] + sae["b_dec"], stats)  # [N, d_out]
+    if "W_skip" in sae:
+        x_hat = x_hat + x @ sae["W_skip"].T
+    target = x if target is None else target
+    err = x_hat - target
     losses = {"mse_loss": float((err * err).sum(-1).mean())}
     d_pre = err * (np.float32(2.0 / N) * scale)  # the gradient at the decoder's output, before de-normalising
     dW_dec = g.T @ d_pre
@@ -413,7 +419,9 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
     elif arch in ("topk", "batchtopk"):
         losses["auxiliary_reconstruction_loss"] = 0.0
         if dead.any() and settings["aux_loss_coefficient"]:  # (the loss is 0 without its coefficient)
-            aux, dW, dh_aux, dn_aux = auxk_backward(x - x_hat, h, dead, sae["W_dec"], n, rescale,
+            if stats is not None:
+                raise NoAuxK(cfg["normalize_activations"], int(dead.sum()))
+            aux, dW, dh_aux, dn_aux = auxk_backward(target - x_hat, h, dead, sae["W_dec"], n, rescale,
                                                     settings["aux_loss_coefficient"])
             losses["auxiliary_reconstruction_loss"] = aux
             dW_dec += dW
@@ -438,7 +446,21 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None):
         grads["b_dec"] = grads["b_dec"] - grads["b_enc"] @ sae["W_enc"].T
     if arch == "jumprelu":
         grads["threshold"] = dtheta
+    if "W_skip" in sae:
+        grads["W_skip"] = d_pre.T @ x  # out += x W_skipᵀ
     return losses, grads, f
+
+
+class NoAuxK(UserError):
+    """SAELens 6.54.12 takes no AuxK loss where the SAE normalises its input at run time (layer_norm,
+    constant_norm_rescale): the residual x - x̂ is in the input's units, the dead latents' rebuilding a W_dec in
+    the normalised ones. It trains on while no latent is dead (the loss is then 0) and raises a ValueError at the
+    first step that has one; here that step is refused as a UserError (the caller saves the steps before it)."""
+
+    def __init__(self, how, n_dead):
+        super().__init__(f"{plural(n_dead, 'latent')} dead (none has fired for dead_feature_window steps), and "
+                         f"SAELens 6.54.12 takes no AuxK loss under normalize_activations {how} (its residual would "
+                         "be in the other space): it stops here too")
 
 
 def auxk_backward(residual, h, dead, W_dec, n, rescale, coefficient):
@@ -521,20 +543,23 @@ def new_training_state(sae):
     return {**new_adam_state(sae), "since_fired": np.zeros(sae["b_enc"].shape, np.float32), "topk_threshold": 0.0}
 
 
-def training_step(x, sae, state, lr, settings, coefficient=0.0):
+def training_step(x, sae, state, lr, settings, coefficient=0.0, target=None):
     """One step of SAELens's trainer for any architecture, in place: a JumpReLU's threshold kept at 0 or
     more; the forward, its losses and gradients (the dead latents those that have not fired for more than
     dead_feature_window steps); the latents' firing counts; BatchTopK's threshold, moved a topk_threshold_lr
-    of the way to the smallest positive activation; clipping and Adam.
+    of the way to the smallest positive activation; clipping and Adam. target: a transcoder's (training_backward).
+    A step whose loss or gradient is not finite changes nothing: Diverged (check_step).
     -> losses (training_backward's, and BatchTopK's "topk_threshold" after the step)"""
     arch = settings["architecture"]
     if arch == "jumprelu":
         np.maximum(sae["threshold"], 0, out=sae["threshold"])
     dead = state["since_fired"] > settings.get("dead_feature_window", DEAD_FEATURE_WINDOW)
-    if arch == "standard" and sae["cfg"].get("normalize_activations", "none") in ("none", "expected_average_only_in"):
+    if arch == "standard" and target is None and \
+            sae["cfg"].get("normalize_activations", "none") in ("none", "expected_average_only_in"):
         losses, grads, f = sae_backward(x, sae, coefficient)
     else:
-        losses, grads, f = training_backward(x, sae, settings, coefficient, dead)
+        losses, grads, f = training_backward(x, sae, settings, coefficient, dead, target)
+    check_step(state["step"] + 1, losses["loss"], grads)
     state["since_fired"] += 1
     state["since_fired"][(f != 0).any(0)] = 0
     if arch == "batchtopk":
@@ -545,6 +570,22 @@ def training_step(x, sae, state, lr, settings, coefficient=0.0):
         losses["topk_threshold"] = state["topk_threshold"]
     adam_step(sae, grads, state, lr)
     return losses
+
+
+class Diverged(UserError):
+    """A step whose loss or gradient is not finite (NaN or infinite): no update is made from it (train.py's)."""
+
+    def __init__(self, step, loss, norm):
+        super().__init__(f"step {step}: the {'loss is' if not math.isfinite(loss) else 'gradient is'} "
+                         f"{loss if not math.isfinite(loss) else norm}: the run diverged")
+
+
+def check_step(step, loss, grads):
+    """Before Adam: a loss or a gradient that is not finite would make every weight NaN, so the step is refused
+    (Diverged), the weights left as the last good step made them."""
+    norm = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))  # adam_step's, before it
+    if not (math.isfinite(loss) and math.isfinite(norm)):
+        raise Diverged(step, loss, norm)
 
 
 def inference_sae(sae, settings, topk_threshold=0.0, factor=None):
@@ -568,11 +609,52 @@ def inference_sae(sae, settings, topk_threshold=0.0, factor=None):
     cfg["metadata"] = {**cfg.get("metadata", {}), "training_architecture": arch,
                        "training_architecture_details": details}
     cfg["architecture"] = "jumprelu" if arch == "batchtopk" else arch
+    if cfg["metadata"].get("hook_name_out"):
+        cfg["architecture"] = saved_transcoder(cfg["architecture"], "W_skip" in sae)
     if arch == "topk":
         cfg.update(k=int(settings["k"]), rescale_acts_by_decoder_norm=settings["rescale_acts_by_decoder_norm"])
     if arch == "batchtopk":
         out["threshold"] = np.full(out["b_enc"].shape, topk_threshold, np.float32)
     return {**out, "cfg": cfg}
+
+
+# ============================================================================
+# 4c. Transcoders: trained here, though SAELens trains none
+# ============================================================================
+# A transcoder reads x at one hook point (blocks.L.ln2.hook_normalized, the MLP's input) and rebuilds the
+# activation y at another (blocks.L.hook_mlp_out, what the MLP writes): an SAE's encoder, latents and decoder,
+# and its losses, but for what x̂ is compared with, y in x's place: Σ_d (x̂ - y)², the mean over tokens, plus the
+# architecture's own terms (training_backward's target; AuxK's residual y - x̂). Its b_dec is the output's, never
+# taken from x, and x̂ is not de-normalised; a skip transcoder adds x W_skipᵀ (W_skip [d_out, d_in], from 0).
+# SAELens reads the folder back as its Transcoder, SkipTranscoder, JumpReLUTranscoder or JumpReLUSkipTranscoder
+# (a BatchTopK's a JumpReLU's, as for SAEs); a TopK one as a topk SAE whose metadata names hook_name_out, which
+# circuits.py's attribution graphs read as a transcoder (SAELens has no TopK transcoder, nor a TopK skip one).
+
+SAVED_TRANSCODERS = {("standard", False): "transcoder", ("standard", True): "skip_transcoder",
+                     ("jumprelu", False): "jumprelu_transcoder", ("jumprelu", True): "jumprelu_skip_transcoder",
+                     ("topk", False): "topk"}  # (the inference architecture, W_skip) -> SAELens's architecture
+
+
+def new_transcoder(d_in, d_out, d_sae, settings, seed=0, metadata=None, skip=False):
+    """A transcoder to train: new_training_sae's tensors, W_dec and b_dec d_out wide (W_enc = W_decᵀ where
+    d_out = d_in, as an SAE starts; else the encoder drawn as the decoder is, rows of norm 0.1), W_skip 0 with
+    skip (SAELens's SkipTranscoder starts it so), b_dec never applied to the input. metadata: hook_name and
+    hook_name_out."""
+    sae = new_training_sae(d_in, d_sae, settings, seed, metadata)
+    if d_out != d_in:
+        sae["W_dec"] = new_sae(d_out, d_sae, seed + 1)["W_dec"]
+        sae["b_dec"] = np.zeros(d_out, np.float32)
+    if skip:
+        sae["W_skip"] = np.zeros((d_out, d_in), np.float32)
+    sae["cfg"].update(d_out=d_out, apply_b_dec_to_input=False)
+    return sae
+
+
+def saved_transcoder(architecture, skip):
+    """The SAELens architecture a trained transcoder is saved as (SAVED_TRANSCODERS)."""
+    if (architecture, skip) not in SAVED_TRANSCODERS:
+        raise UserError(f"SAELens has no {architecture} {'skip ' if skip else ''}transcoder to read one back")
+    return SAVED_TRANSCODERS[architecture, skip]
 
 
 # ============================================================================
@@ -643,10 +725,12 @@ def windows(ids, context, eot):
 
 
 def gather_all(rows, params, hparams, site, batch=8, progress=None, hooks=None):
-    """gather() over windows [W, T], `batch` windows a forward pass. -> [W, T, d]"""
+    """gather() over windows [W, T], `batch` windows a forward pass. site: a hook point, or a list of them (a
+    transcoder's input and target), their activations then side by side. -> [W, T, d] (d: their widths' sum)"""
     out = []
     for start in range(0, len(rows), batch):
-        out.append(gather(rows[start:start + batch], params, hparams, site, hooks))
+        acts = gather(rows[start:start + batch], params, hparams, site, hooks)
+        out.append(acts if isinstance(site, str) else np.concatenate(acts, -1))
         if progress is not None:
             progress(len(out[-1]))
     return np.concatenate(out)

@@ -73,6 +73,23 @@ def check_finite(value, arg):
         raise UserError(f"must be a finite number in float32, got {value!r}", arg=arg)
 
 
+# A layer norm reads the steered stream by squaring it and summing the squares over the width: past float32's
+# largest, 3.4e38, the sum is inf, and the layer norm's output 0 or nan (nan logits read as token 0). Half its
+# square root leaves the model's own activation room beside the vector.
+LONGEST = float(np.sqrt(FLOAT32_MAX)) / 2  # about 9.2e18
+
+
+def check_overflow(direction, value, arg):
+    """The strength `value` times the unscaled steering direction ([..., C]: a vector, or one a position) must stay
+    under LONGEST in every row, or every layer norm after it overflows float32: refused in one line that says the
+    strongest value that fits here."""
+    norm = float(np.sqrt((np.asarray(host(direction), np.float64) ** 2).sum(-1)).max(initial=0.0))
+    if norm and abs(value) > LONGEST / norm:
+        raise UserError(f"{value:g} overflows float32: the steering vector would be {abs(value) * norm:.3g} long, and "
+                        f"a layer norm squares it (float32 holds at most {FLOAT32_MAX:.3g}); at most about "
+                        f"{LONGEST / norm:.2g} here", arg=arg)
+
+
 # ============================================================================
 # 1. ActAdd
 # ============================================================================
@@ -89,6 +106,7 @@ def act_add_vector(params, hparams, add_ids, sub_ids, layer, coeff, pad_id=SPACE
     name = f"blocks.{layer}.hook_resid_pre"
     add, sub = (activations(list(ids) + [pad_id] * (n - len(ids)), params, hparams, [name])[name]
                 for ids in (add_ids, sub_ids))
+    check_overflow(add - sub, coeff, "coeff")
     return np.float32(coeff) * (add - sub)
 
 
@@ -176,6 +194,8 @@ def vector_hooks(vectors, multiplier=1.0, min_token_index=0):
     make new hooks for each text. (steering-vectors counts within each forward pass instead, so under its
     model's KV cache it never steers a generated token once min_token_index > 0.)"""
     check_finite(multiplier, "multiplier")
+    for v in vectors.values():
+        check_overflow(v, multiplier, "multiplier")
 
     def steer(v, seen):
         def hook(x, name):  # [B, T, C]
@@ -206,6 +226,7 @@ def latent_vector(sae, latent, alpha):
     if not (isinstance(latent, (int, np.integer)) and 0 <= latent < d_sae):
         raise UserError(f"must be one of the SAE's latents, 0 to {d_sae - 1}, got {latent!r}", arg="latent")
     check_finite(alpha, "alpha")
+    check_overflow(sae["W_dec"][latent], alpha, "alpha")
     return np.float32(alpha) * sae["W_dec"][latent]
 
 
@@ -226,7 +247,7 @@ def generate_steered(prompt, params, hparams, make_hooks, n_tokens=40, temperatu
     if kv_cache:
         hooks = make_hooks()
         return g.generate(prompt, params, hparams, n_tokens, temperature, top_k, top_p, seed, 1, stop,
-                          hook=model_hook(hooks) if hooks else g.no_hook, min_p=min_p)
+                          hook=model_hook(hooks) if hooks else g.no_hook, min_p=min_p, watch=check_logits)
     g.check_sampling(n_tokens, temperature, top_k, top_p, 1, min_p)
     ids = list(g.checked_prompt(prompt, params, hparams, n_tokens, stop))
     return recomputed_steps(ids, params, hparams, make_hooks, n_tokens, dict(temperature=temperature, top_k=top_k,
@@ -237,7 +258,7 @@ def recomputed_steps(ids, params, hparams, make_hooks, n_tokens, sampling, rng, 
     """generate_steered's loop without a cache, on a checked prompt."""
     for _ in range(n_tokens):
         hook = model_hook(make_hooks())
-        logits = host(g.gpt2(np.array(ids)[None], params, hparams, last_only=True, hook=hook)[:, -1])  # drawn here
+        logits = check_logits(host(g.gpt2(np.array(ids)[None], params, hparams, last_only=True, hook=hook)[:, -1]))
         next_id = g.sample_next(logits, rng, **sampling)  # [1]
         yield next_id
         ids.append(int(next_id[0]))
@@ -247,4 +268,14 @@ def recomputed_steps(ids, params, hparams, make_hooks, n_tokens, sampling, rng, 
 
 def steered_logits(ids, params, hparams, hooks):
     """One pass over a whole text with the steering hooks in it.   ids [T] -> [T, V]"""
-    return host(g.gpt2(np.asarray(ids)[None], params, hparams, hook=model_hook(hooks))[0])  # on the host
+    return check_logits(host(g.gpt2(np.asarray(ids)[None], params, hparams, hook=model_hook(hooks))[0]))  # on the host
+
+
+def check_logits(logits):
+    """Steered logits that are all numbers, or a UserError: a steering that passed check_overflow can still
+    overflow float32 further on (at a hook point before a matrix product), and a nan logit would be read as
+    token 0.   -> logits"""
+    if not bool(np.isfinite(logits).all()):
+        raise UserError("the steered model's logits are not finite: the steering overflowed float32 inside the "
+                        "model; steer less strongly")
+    return logits

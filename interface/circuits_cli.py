@@ -25,9 +25,9 @@ import numpy as np
 import circuits
 from interface import loading
 from interface.options import array_module, at_least, check_page_folder, device_flag, folded, model_flags, on_device, \
-    sae_flags, sae_splice, threads_flag, user_message
+    sae_flags, sae_splice, spliced_line, threads_flag, user_message
 from plumbing import device
-from plumbing.errors import UserError, exit_status, fail
+from plumbing.errors import UserError, exit_status, fail, plural
 
 RANDOM = "random:"  # --text random:N: N random ids said twice
 TOP_LATENTS = 20  # dla --by latent: the rows of its table
@@ -162,16 +162,6 @@ def run(args):
         size = circuits_page.write_page(args.html, title, outcome["what"], outcome["tokens"], *outcome["panel"])
         print(f"{args.html}: {size:,} bytes", file=sys.stderr)
     print(json.dumps(outcome["json"]) if args.json else "\n".join(table(outcome)))
-
-
-def spliced_line(args, sae):
-    """The table's first line when the model is not as it came: what is spliced in."""
-    reads = f" (reading {sae[3]})" if sae and sae[3] != sae[0] else ""  # a transcoder
-    what = [f"the SAE {args.sae} at {sae[0]}{reads}" + (" with its error term" if args.use_error_term else "")] \
-        if sae else []
-    what += ["the writing weights centred"] if args.center_writing_weights else []
-    what += ["the layer norms folded"] if args.fold_ln else []
-    return "with " + " and ".join(what)
 
 
 # ----------------------------------------------------------------------------
@@ -344,9 +334,12 @@ def latent_dla(args, params, hparams, clean, answer, wrong, tokens, header, clea
     largest in the table."""
     chosen = device.to_device(loading.load_sae(args.sae, args.models_dir, args.quiet), array_module(args))
     values = circuits.dla_latents(params, hparams, clean, answer, wrong, chosen, args.splice)
-    top = np.argsort(-np.abs(values), kind="stable")[:TOP_LATENTS].tolist()
-    return result(tokens, values.tolist(), f"the {len(top)} latents of the largest share (f_i W_dec[i] at the last "
-                                           "position, read along the logit difference)",
+    fired = np.flatnonzero(values)  # a latent that does not fire writes nothing: its share is 0 (a TopK's most)
+    top = fired[np.argsort(-np.abs(values[fired]), kind="stable")][:TOP_LATENTS].tolist()
+    which = f"the {TOP_LATENTS} latents of the largest share" if len(fired) >= TOP_LATENTS else \
+        f"the {plural(len(fired), 'latent')} that fire{'s' if len(fired) == 1 else ''}, fewer than {TOP_LATENTS}"
+    return result(tokens, values.tolist(), f"{which} (f_i W_dec[i] at the last position, read along the logit "
+                                           "difference)",
                   ([f"latent {i}" for i in top], ["share"], [[float(values[i])] for i in top], 0.0), header,
                   clean=clean_metric, top=top)
 

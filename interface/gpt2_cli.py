@@ -29,7 +29,7 @@ import parameters
 from interface import loading
 from interface.bpe_cli import shown_token
 from interface.options import (array_module, at_least, check_page_folder, device_flag, folded, model_flags, number,
-                               on_device, sae_flags, sae_splice, threads_flag, user_message)
+                               on_device, sae_flags, sae_splice, spliced_line, threads_flag, user_message)
 from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
@@ -175,6 +175,8 @@ def run(args):
     encoder, hparams, params, head = loading.load_model_or_classifier(args.model, args.models_dir, args.base_url,
                                                                       quiet=args.quiet)
     params, splice = on_device(xp, folded(args, params), args.model), sae_splice(args, hparams)  # ({}, None): no SAE
+    if splice != ({}, None) and not (args.json or args.html or (head and not args.trace)):
+        print(spliced_line(args, splice[1]))  # a reading of the model with an SAE in it says so first, as circuits.py
     if head and not args.trace:  # the activations are a classifier's too; its output is a label
         run_label(args, encoder, hparams, params, head)
     elif args.trace:
@@ -458,8 +460,11 @@ def run_score(args, encoder, hparams, params, splice=({}, None)):
     logprobs, loss, perplexity = g.score(ids, params, hparams) if splice == ({}, None) else \
         spliced_score(ids, params, hparams, splice)
     if args.json:
+        spliced = {} if splice == ({}, None) else {"sae": splice[1][0] if splice[1] else None,
+                                                   "use_error_term": args.use_error_term,
+                                                   "center_writing_weights": args.center_writing_weights}
         print(json.dumps({"ids": ids, "logprobs": [None] + [round(float(x), 6) for x in logprobs],
-                          "loss": loss, "perplexity": perplexity}))
+                          "loss": loss, "perplexity": perplexity, **spliced}))
         return
     print(f"{'token':<20}{'id':>7}{'log p':>10}")
     for i, token in enumerate(ids):

@@ -15,7 +15,7 @@ flags' own words, and a whole number from a flag.
 import argparse
 import os
 
-from interface.start import THREADS
+from interface.start import THREADS, usable_cpus
 from plumbing import device, shapes
 from plumbing.errors import UserError, fail
 from plumbing.folders import MODELS_DIR_ENV
@@ -59,9 +59,20 @@ def model_flags(parser, positional=False, model_help=MODEL_HELP, base_url=True):
 def threads_flag(parser):
     """--threads N: the threads of the matrix products. The value is taken before NumPy loads
     (interface/start.py); here it is checked and shown in --help."""
-    parser.add_argument("--threads", type=at_least(1), metavar="N",
-                        help=f"BLAS threads for the matrix products (default: $OMP_NUM_THREADS or "
-                             f"$OPENBLAS_NUM_THREADS if set, else {THREADS}: on a busy machine more are slower)")
+    parser.add_argument("--threads", type=thread_count, metavar="N",
+                        help=f"BLAS threads for the matrix products, at most the CPUs the process may use "
+                             f"(default: $OMP_NUM_THREADS or $OPENBLAS_NUM_THREADS if set, else {THREADS}: on a "
+                             "busy machine more are slower)")
+
+
+def thread_count(text):
+    """An argparse type: --threads, a whole number from 1 to the CPUs this process may use (usable_cpus): BLAS
+    runs no more threads than those, so a larger number would be accepted and quietly not followed."""
+    value = at_least(1)(text)
+    if value > usable_cpus():
+        raise argparse.ArgumentTypeError(f"must be at most {usable_cpus()}, the CPUs this process may use (BLAS runs "
+                                         f"no more threads), got {value}")
+    return value
 
 
 def user_message(e):
@@ -153,6 +164,17 @@ def sae_splice(args, hparams):
                               array_module(args))  # where the model is
     sae.check_fits(chosen, hparams)
     return hooks, sae.splice(chosen, args.use_error_term)
+
+
+def spliced_line(args, sae):
+    """What a reading says first when the model is not as it came (sae_flags): "with the SAE DIR at HOOK (reading
+    HOOK_IN) with its error term and the writing weights centred". sae: sae_splice's, or None."""
+    reads = f" (reading {sae[3]})" if sae and sae[3] != sae[0] else ""  # a transcoder
+    what = [f"the SAE {args.sae} at {sae[0]}{reads}" + (" with its error term" if args.use_error_term else "")] \
+        if sae else []
+    what += ["the writing weights centred"] if args.center_writing_weights else []
+    what += ["the layer norms folded"] if args.fold_ln else []
+    return "with " + " and ".join(what)
 
 
 def device_name(text):

@@ -4,6 +4,7 @@
                            [--architecture standard|topk|batchtopk|jumprelu] [its flags: --l1 C, --k K, ...]
                            [--lr 3e-4] [--batch-tokens 4096] [--context 128] [--seed S] [--init SAE_DIR]
                            [--normalize-activations none|expected_average_only_in|constant_norm_rescale|layer_norm]
+                           [--site-out HOOK [--skip-transcoder]]   a transcoder: from --site's activation to this one's
     python sae.py train    --out DIR --resume                   go on with a run stopped by Ctrl-C, bit for bit
     python sae.py eval     --sae SAE_DIR --data FILE [--json]
     python sae.py encode   --sae SAE_DIR --text T [--k 5] [--json]
@@ -55,8 +56,8 @@ def common(p, data=True):
 
 
 NOT_SAVED = ("command", "out", "resume", "quiet", "json", "threads", "base_url", "models_dir", "given")
-FIXED = ("architecture", "site", "d_sae", "init", "data", "activations", "seed", "context", "batch_tokens",
-         "normalize_activations", "model", "center_writing_weights")  # a resumed run is the same run: these stay
+FIXED = ("architecture", "site", "site_out", "skip_transcoder", "d_sae", "init", "data", "activations", "seed",
+         "context", "batch_tokens", "normalize_activations", "model", "center_writing_weights")  # a resumed run is the same run: these stay
 MOST_STEPS = 10 ** 9  # train.py's most micro-batches: no run finishes more
 BOOLEAN = {"true": True, "false": False}
 ARCH_FLAGS = {  # each architecture's flags, SAELens's config fields with dashes (standard's keep their names)
@@ -80,8 +81,15 @@ def true_or_false(text):
 def train_parser(commands):
     t = commands.add_parser("train", help="train an SAE on one hook point's activations", allow_abbrev=False)
     t.add_argument("--site", metavar="HOOK", help="the hook point, e.g. blocks.2.hook_resid_pre (with --init: its)")
+    t.add_argument("--site-out", metavar="HOOK", help="train a transcoder: it reads --site and rebuilds this hook "
+                                                      "point's activation, e.g. --site blocks.L.ln2.hook_normalized "
+                                                      "--site-out blocks.L.hook_mlp_out (an MLP's input and output); "
+                                                      "saved as SAELens's Transcoder (docs/sae.md)")
+    t.add_argument("--skip-transcoder", action="store_true", help="with --site-out: and a skip connection, + x W_skipᵀ "
+                                                                  "(SAELens's SkipTranscoder; not with topk)")
     t.add_argument("--data", metavar="FILE", help="a UTF-8 text, read through the model")
-    t.add_argument("--activations", metavar="FILE.npy", help="[N, d_in] float32 activations, in this order")
+    t.add_argument("--activations", metavar="FILE.npy", help="[N, d_in] float32 activations, in this order (a "
+                                                             "transcoder's [N, d_in + d_out]: input, then target)")
     t.add_argument("--d-sae", type=int, help="latents (with --init: its)")
     t.add_argument("--tokens", type=int, help="tokens to train on: tokens // batch-tokens steps")
     t.add_argument("--out", required=True, metavar="SAE_DIR", help="the SAE's folder, SAELens's format")
@@ -103,7 +111,9 @@ def train_parser(commands):
     a.add_argument("--l1-warm-up", type=at_least(0), help="steps over which it grows from 0 (default 0)")
     a = t.add_argument_group("topk and batchtopk")
     a.add_argument("--k", type=number, help="latents a token (batchtopk: on average over the batch; default 100)")
-    a.add_argument("--aux-loss-coefficient", type=number, help="AuxK's weight (default 1.0)")
+    a.add_argument("--aux-loss-coefficient", type=number, help="AuxK's weight (default 1.0; SAELens takes no AuxK "
+                                                               "under layer_norm or constant_norm_rescale: such a run "
+                                                               "stops at the first dead latent)")
     a.add_argument("--rescale-acts-by-decoder-norm", type=true_or_false, metavar="true|false",
                    help="choose by h_i ‖W_dec[i]‖ (default true)")
     a.add_argument("--topk-threshold-lr", type=number, help="batchtopk: the running threshold's rate (default 0.01)")
@@ -187,6 +197,7 @@ def check_train_flags(args):
             fail("train needs --site and --d-sae (or --init SAE_DIR, whose they are)")
     if args.architecture or not args.init:  # else --init's folder says which, once read (starting_sae)
         check_architecture_flags(args, args.architecture or "standard")
+    check_transcoder_flags(args)
     if args.d_sae is not None and args.d_sae < 1:
         fail(f"--d-sae must be at least 1, got {args.d_sae}")
     for name, ok, rule in (("lr", lambda v: v > 0, "above 0"), ("l1", lambda v: v >= 0, "0 or more"),
@@ -210,6 +221,28 @@ def check_train_flags(args):
     if args.tokens // args.batch_tokens > MOST_STEPS:
         fail(f"--tokens {args.tokens:,} makes {args.tokens // args.batch_tokens:,} steps of --batch-tokens "
              f"{args.batch_tokens:,}: no run finishes that many; at most {MOST_STEPS:,}")
+
+
+def check_transcoder_flags(args):
+    """--site-out (a transcoder) and --skip-transcoder: what SAELens can read back, and what sae.py trains."""
+    if args.skip_transcoder and not args.site_out:
+        fail("--skip-transcoder goes with --site-out HOOK: a transcoder's skip connection")
+    if not args.site_out:
+        return
+    if args.init:
+        fail("--site-out trains a new transcoder: leave out --init (--resume continues a run)")
+    if args.site_out == args.site:
+        fail(f"--site-out is --site {args.site}: an SAE rebuilds what it reads, so leave out --site-out")
+    if args.architecture == "topk" and args.skip_transcoder:
+        fail("SAELens has no TopK skip transcoder to read one back: leave out --skip-transcoder, or choose another "
+             "--architecture")
+    if args.normalize_activations == "expected_average_only_in":
+        fail("a transcoder trains with --normalize-activations none, layer_norm or constant_norm_rescale: "
+             "expected_average_only_in's factor is folded into an SAE's decoder, and a transcoder's output is not "
+             "scaled")
+    if args.architecture == "topk" and args.normalize_activations != "none":
+        fail(f"a TopK transcoder is read back as SAELens's topk SAE, which de-normalises its output: train it with "
+             f"--normalize-activations none, not {args.normalize_activations}")
 
 
 def resumed_flags(args):
@@ -261,24 +294,41 @@ def meter(args, total, unit, initial=0):
 CONFIG_FILE, STATE_FILE, LOG_FILE = "train_config.json", "train_state.npz", "train_log.jsonl"  # as train.py's
 
 
-def training_data(args, encoder, params, hparams, hooks, site, d_in, needed):
+def training_data(args, encoder, params, hparams, hooks, site, d_in, needed, site_out=None, d_out=0):
     """The activations to train on: [n, d_in] float32, --activations' in their order, or the text's through
-    the model, shuffled (SAELens shuffles its activations' buffer) and no more than the run needs."""
+    the model, shuffled (SAELens shuffles its activations' buffer) and no more than the run needs. A transcoder's
+    (site_out) are [n, d_in + d_out], each row its input and then its target. Every one a number (finite_rows)."""
+    width = d_in + d_out
     if args.activations:
         try:
             x = np.load(args.activations, mmap_mode="r")
         except (OSError, ValueError) as e:
             raise UserError(f"is not a .npy array ({e})", path=args.activations) from None
-        if x.dtype != np.float32 or x.ndim != 2 or x.shape[1] != d_in:
-            raise UserError(f"must be [N, {d_in}] float32 ({site}'s width), is {list(x.shape)} {x.dtype}",
+        if x.dtype != np.float32 or x.ndim != 2 or x.shape[1] != width:
+            widths = f"{site}'s width" + (f" and {site_out}'s, each row the input then the target" if d_out else "")
+            raise UserError(f"must be [N, {width}] float32 ({widths}), is {list(x.shape)} {x.dtype}",
                             path=args.activations)
-        return x
+        return finite_rows(x, args.activations)
     rows = text_windows(encoder, args.data, args.context, params)
     rows = rows[:-(-needed // rows.shape[1])]
     with meter(args, len(rows), "window") as bar:
-        acts = S.gather_all(rows, params, hparams, site, progress=bar.update, hooks=hooks)
-    x = device.host(acts).reshape(-1, d_in)  # on the host, as --activations' are: a batch at a time goes over
-    return x[np.random.default_rng(args.seed).permutation(len(x))]
+        acts = S.gather_all(rows, params, hparams, [site, site_out] if d_out else site, progress=bar.update,
+                            hooks=hooks)
+    x = device.host(acts).reshape(-1, width)  # on the host, as --activations' are: a batch at a time goes over
+    return finite_rows(x[np.random.default_rng(args.seed).permutation(len(x))], f"the model's activations at {site}")
+
+
+def finite_rows(x, where, rows=1 << 16):
+    """x, once every number in it is finite: a NaN or an infinity would make the SAE's every weight NaN at the
+    step that reads it, so it is refused before any (a file read a block of rows at a time). where: the file, or
+    what the activations are, as the message's start. -> x"""
+    for start in range(0, len(x), rows):
+        bad = ~np.isfinite(x[start:start + rows]).all(-1)
+        if bad.any():
+            i = start + int(np.argmax(bad))
+            raise UserError(f"row {i} holds {x[i][~np.isfinite(x[i])][0]}: an SAE trains on finite numbers alone",
+                            path=where)
+    return x
 
 
 def settings_of(args, arch):
@@ -333,6 +383,9 @@ def starting_sae(args, hparams):
         sae, topk_threshold = initial_sae(args)
         site = S.check_fits(sae, hparams)
         arch = sae["cfg"].get("architecture", "standard")
+        if arch.endswith("transcoder") or S.hook_name_out(sae) != site:
+            raise UserError(f"is a transcoder (from {site} to {S.hook_name_out(sae)}): --init continues an SAE; "
+                            "--site-out trains a new transcoder, and --resume continues a run", path=args.init)
         if arch not in S.TRAINED_ARCHITECTURES:
             raise UserError(f"is a {arch} SAE: sae.py trains {', '.join(S.TRAINED_ARCHITECTURES)}", path=args.init)
         if args.architecture and args.architecture != arch:
@@ -355,25 +408,33 @@ def starting_sae(args, hparams):
         metadata = {"hook_name": args.site, "model_name": os.path.basename(os.path.normpath(args.model)),
                     "context_size": min(args.context, hparams["n_ctx"]), "prepend_bos": True}
         settings = settings_of(args, args.architecture or "standard")
-        check_memory(args, d_in, args.d_sae)
-        sae = S.new_training_sae(d_in, args.d_sae, settings, seed=args.seed, metadata=metadata)
+        if args.site_out:
+            sae = new_transcoder(args, hparams, d_in, settings, metadata)
+        else:
+            check_memory(args, d_in, args.d_sae)
+            sae = S.new_training_sae(d_in, args.d_sae, settings, seed=args.seed, metadata=metadata)
     sae["cfg"]["normalize_activations"] = args.normalize_activations
     if "k" in settings and settings["k"] > sae["cfg"]["d_sae"]:
         raise UserError(f"--k {settings['k']:g} is more than the SAE's {sae['cfg']['d_sae']} latents")
-    if settings["architecture"] in ("topk", "batchtopk") and args.normalize_activations in RUN_TIME and \
-            settings["aux_loss_coefficient"]:
-        raise UserError(f"SAELens's AuxK loss cannot be taken with --normalize-activations "
-                        f"{args.normalize_activations} (its residual would be in the other space): give "
-                        "--aux-loss-coefficient 0")
     return sae, settings, topk_threshold
 
 
-RUN_TIME = ("layer_norm", "constant_norm_rescale")
+def new_transcoder(args, hparams, d_in, settings, metadata):
+    """A new transcoder from --site to --site-out (SAELens's TopK SAE, which a TopK one is saved as, decodes d_in
+    wide)."""
+    d_out = S.check_site(args.site_out, hparams)
+    if settings["architecture"] == "topk" and d_out != d_in:
+        raise UserError(f"a TopK transcoder is read back as SAELens's topk SAE, which writes as many numbers as it "
+                        f"reads: {args.site} has {d_in}, --site-out {args.site_out} {d_out}")
+    check_memory(args, d_in, args.d_sae, d_out)
+    return S.new_transcoder(d_in, d_out, args.d_sae, settings, args.seed, {**metadata, "hook_name_out": args.site_out},
+                            args.skip_transcoder)
 
 
-def check_memory(args, d_in, d_sae):
-    data = 0 if args.activations else (args.data_tokens or args.tokens)
-    check_fits(S.training_memory(d_in, d_sae, args.batch_tokens, data), available_memory(),
+def check_memory(args, d_in, d_sae, d_out=0):
+    """A transcoder's as an SAE's of its wider side, its activations' pairs as that many more numbers."""
+    data = 0 if args.activations else (args.data_tokens or args.tokens) * (d_in + d_out) // d_in
+    check_fits(S.training_memory(max(d_in, d_out), d_sae, args.batch_tokens, data), available_memory(),
                f"training {d_sae:,} latents of {d_in} at --batch-tokens {args.batch_tokens:,}",
                "choose a smaller --d-sae, --batch-tokens or --tokens")
 
@@ -384,10 +445,12 @@ def train(args):
         print(args.resumed_note, file=sys.stderr)
     sae, settings, topk_threshold = starting_sae(args, hparams)
     site, d_in, d_sae = S.hook_name(sae), sae["cfg"]["d_in"], sae["cfg"]["d_sae"]
-    check_memory(args, d_in, d_sae)
+    site_out = sae["cfg"]["metadata"].get("hook_name_out")  # a transcoder's
+    d_out = sae["cfg"]["d_out"] if site_out else 0
+    check_memory(args, d_in, d_sae, d_out)
     steps = args.tokens // args.batch_tokens
     data_tokens = args.data_tokens or steps * args.batch_tokens  # a resumed run reads the first run's data
-    x = training_data(args, encoder, params, hparams, hooks, site, d_in, data_tokens)
+    x = training_data(args, encoder, params, hparams, hooks, site, d_in, data_tokens, site_out, d_out)
     if len(x) < 1:
         raise UserError("gives no activations to train on", path=args.data or args.activations)
     state, log = S.new_training_state(sae), []
@@ -404,7 +467,8 @@ def train(args):
     first = state["step"]
     try:
         if not args.quiet:
-            print(f"training {d_sae:,} {settings['architecture']} latents at {site} on {len(x):,} activations: "
+            where = f"of a transcoder from {site} to {site_out}" if site_out else f"at {site}"
+            print(f"training {d_sae:,} {settings['architecture']} latents {where} on {len(x):,} activations: "
                   f"{steps:,} steps of {args.batch_tokens:,}" + (f", from step {first:,}" if first else ""),
                   file=sys.stderr, flush=True)
         with meter(args, steps, "step", initial=first) as bar:
@@ -414,8 +478,10 @@ def train(args):
                 if factor is not None:
                     batch *= np.float32(factor)
                 coefficient = step_coefficient(settings, step)
-                with ctrl_c_waits():  # a step is done whole, and logged, or not begun
-                    losses = S.training_step(batch, sae, state, args.lr, settings, coefficient)
+                # a step is done whole, and logged, or not begun; an overflow is Diverged's to say, in one line
+                with ctrl_c_waits(), np.errstate(over="ignore", invalid="ignore"):
+                    losses = S.training_step(batch[:, :d_in], sae, state, args.lr, settings, coefficient,
+                                             target=batch[:, d_in:] if d_out else None)
                     log.append({"step": step, **losses, "coefficient": coefficient, "lr": args.lr})
                 bar.set_postfix(mse=f"{losses['mse_loss']:.4g}", loss=f"{losses['loss']:.4g}",
                                 l0=f"{losses['l0']:.1f}")
@@ -428,6 +494,10 @@ def train(args):
             save(args.out, sae, settings, state, factor, log, config)
             print(f"\n{what}: saved step {state['step']} in {args.out}; --resume continues", file=sys.stderr)
         return 130
+    except (S.Diverged, S.NoAuxK) as e:
+        raise refused_step(e, args, first, state,
+                           lambda: S.inference_sae(sae, settings, state["topk_threshold"], factor),
+                           lambda: save(args.out, sae, settings, state, factor, log, config)) from None
     save(args.out, sae, settings, state, factor, log, config)
     if args.json:
         print(json.dumps({"out": args.out, "steps": len(log), "tokens": len(log) * args.batch_tokens,
@@ -435,6 +505,22 @@ def train(args):
     elif not args.quiet:
         print(f"{args.out}: {len(log)} steps, {len(log) * args.batch_tokens:,} tokens", file=sys.stderr)
     return 0
+
+
+def refused_step(e, args, first, state, inference, save_run):
+    """A step that could not be taken (S.Diverged: its loss or gradient not finite; S.NoAuxK): the steps before
+    it saved (save_run), as train.py saves a diverged run's, unless there are none or the SAE they made
+    (inference(): as it would be saved, a TopK's decoder norms folded in) is not finite. -> the UserError that
+    says so, in one line, with what to change."""
+    with np.errstate(over="ignore", invalid="ignore"):  # weights of 1e30 overflow as they are folded: said here
+        good = state["step"] > first and all(np.isfinite(v).all() for k, v in inference().items() if k != "cfg")
+        if good:
+            save_run()
+    saved = f"saved step {state['step']} in {args.out}" if good else f"nothing {'new ' if first else ''}was saved"
+    if isinstance(e, S.Diverged):
+        return UserError(f"{e}; {saved}; the likely cause: --lr {args.lr:g} too large")
+    return UserError(f"step {state['step'] + 1}: {e}; {saved}; --resume goes on with --aux-loss-coefficient 0 or a "
+                     "larger --dead-feature-window")
 
 
 def step_coefficient(settings, step):

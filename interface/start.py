@@ -25,6 +25,15 @@ THREADS = 1
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+def usable_cpus():
+    """The CPUs this process may run on (its affinity, else the machine's count): OpenBLAS runs no more threads
+    than these, whatever it is told, so --threads is at most this many (interface/options.py's threads_flag)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def start(cli):
     """Run interface/<cli>.py's main() as the program, its imports and its work inside exit_status."""
     use_threads(sys.argv[1:])

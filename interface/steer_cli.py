@@ -236,7 +236,8 @@ def run(args):
             prompt, params, hparams, make_hooks, args.n_tokens, args.temperature, args.top_k, args.top_p, args.min_p,
             args.seed, encoder.eot, kv_cache=not args.no_kv_cache)]
 
-    ids = write(make_hooks)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow further on is check_logits' to say, in one line
+        ids = write(make_hooks)
     plain = None if args.json else write(dict)  # unsteered: no hooks, the same seed
     if args.logits:  # once all the generating is done: an interrupted command leaves no file
         logits = S.steered_logits(prompt + ids, params, hparams, make_hooks())

@@ -74,7 +74,9 @@ def check_new_folder(path, advice="choose a new one", empty_ok=True):
         raise UserError(f"its parent folder {parent} is not writable", path=path)
     if os.path.exists(path) and not empty_ok:
         raise UserError(f"already exists: {advice}", path=path)
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"is a file, not a folder: {advice}", path=path)
+    if os.path.exists(path) and os.listdir(path):
         raise UserError(f"already exists and is not an empty folder: {advice}", path=path)
 
 

@@ -28,4 +28,16 @@ def check_fits(need, free, what, advice):
     """Refuse `what` if it needs more than `free` bytes (None: the OS won't say, so go on):
     "<what> needs 3.2 GB, but 1.0 GB are free: <advice>"."""
     if free is not None and need > free:
-        raise UserError(f"{what} needs {need / 1e9:.1f} GB, but {free / 1e9:.1f} GB are free: {advice}")
+        raise UserError(f"{what} needs {size(need)}, but {size(free)} are free: {advice}")
+
+
+UNITS = ("GB", "TB", "PB", "EB", "ZB", "YB")  # SI's, as the OS's MemAvailable is read here: 1 GB = 1e9 bytes
+
+
+def size(n):
+    """Bytes as a reader says them: "3.2 GB" below a terabyte, then "102.4 PB" (and past the yottabyte,
+    "1,000,000.0 YB"), never "102416000.0 GB"."""
+    unit = 0
+    while unit < len(UNITS) - 1 and n >= 1e12 * 1000 ** unit:
+        unit += 1
+    return f"{n / (1e9 * 1000 ** unit):,.1f} {UNITS[unit]}"

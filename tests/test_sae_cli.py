@@ -168,15 +168,100 @@ NEW = ["train", "--site", HOOK, "--d-sae", "16", "--batch-tokens", "64", "--cont
     (["--architecture", "jumprelu", "--pre-act-loss-coefficient", "-0.5", "--tokens", "64"], "--pre-act-loss"),
     (["--architecture", "jumprelu", "--jumprelu-sparsity-loss-mode", "quadratic", "--tokens", "64"], "invalid choice"),
     (["--architecture", "resnet", "--tokens", "64"], "invalid choice: 'resnet'"),
-    (["--architecture", "topk", "--k", "3", "--normalize-activations", "layer_norm", "--tokens", "64"],
-     "give --aux-loss-coefficient 0"),
+    (["--skip-transcoder", "--l1", "1", "--tokens", "64"], "--skip-transcoder goes with --site-out HOOK"),
+    (["--site-out", HOOK, "--l1", "1", "--tokens", "64"], "--site-out is --site blocks.1.hook_resid_pre: an SAE"),
+    (["--site-out", "blocks.9.hook_mlp_out", "--l1", "1", "--tokens", "64"], "no activation is called 'blocks.9."),
+    (["--site-out", "blocks.1.hook_mlp_out", "--architecture", "topk", "--skip-transcoder", "--tokens", "64"],
+     "SAELens has no TopK skip transcoder"),
+    (["--site-out", "blocks.1.hook_mlp_out", "--l1", "1", "--normalize", "expected_average_only_in", "--tokens", "64"],
+     "a transcoder trains with --normalize-activations none, layer_norm or constant_norm_rescale"),
+    (["--site-out", "blocks.1.hook_mlp_out", "--architecture", "topk", "--normalize", "layer_norm", "--tokens", "64"],
+     "a TopK transcoder is read back as SAELens's topk SAE, which de-normalises its output"),
+    (["--site-out", "blocks.1.mlp.hook_pre", "--architecture", "topk", "--k", "3", "--tokens", "64"],
+     "which writes as many numbers as it reads: blocks.1.hook_resid_pre has 8, --site-out blocks.1.mlp.hook_pre 32"),
     (["--normalize-activations", "whitening", "--l1", "1", "--tokens", "64"], "invalid choice"),
     (["--l1", "1", "--tokens", "64", "--d-sae", "99999999999"], "GB are free: choose a smaller --d-sae"),
+    (["--l1", "1", "--tokens", "64", "--d-sae", "1000000000000"], "needs 1.8 PB, but"),  # not "1808000.0 GB"
 ])
 def test_every_train_flag_is_checked_before_any_work(data, tmp_path, capsys, flags, words):
     r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", *flags, "--out", tmp_path / "out")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("site_out, array, words", [
+    (None, np.where(np.arange(8) == 3, np.nan, 0.0), "acts.npy: row 37 holds nan: an SAE trains on finite numbers"),
+    (None, np.where(np.arange(8) == 3, -np.inf, 0.0), "acts.npy: row 37 holds -inf"),
+    ("blocks.1.hook_mlp_out", np.zeros(8), "must be [N, 16] float32 (blocks.1.hook_resid_pre's width and blocks.1."
+                                           "hook_mlp_out's, each row the input then the target), is [100, 8]")])
+def test_activations_with_a_nan_or_of_the_wrong_width_are_refused_before_a_step(tmp_path, capsys, site_out, array,
+                                                                                 words):
+    acts = np.zeros((100, len(array)), np.float32)
+    acts[37] = array
+    np.save(tmp_path / "acts.npy", acts)
+    r = sae_cli_main(capsys, *NEW, "--activations", tmp_path / "acts.npy", "--l1", "1", "--tokens", "64",
+                     *(["--site-out", site_out] if site_out else []), "--out", tmp_path / "out")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["acts.npy"]
+
+
+@pytest.mark.parametrize("arch, saved", [("standard", True), ("topk", False), ("batchtopk", False),
+                                         ("jumprelu", True)])
+def test_a_diverged_run_is_one_line_exit_2_and_saves_no_nan(data, tmp_path, capsys, arch, saved):
+    """--lr 1e30: step 1 makes weights of 1e30, and step 2's loss is nan. As train.py: no update from that step, the
+    steps before it saved where the SAE they made is finite (a TopK's decoder norms overflow as they are folded in:
+    nothing is saved then)."""
+    flags = {"standard": ["--l1", "1"], "topk": ["--architecture", "topk", "--k", "3"],
+             "batchtopk": ["--architecture", "batchtopk", "--k", "2"], "jumprelu": ["--architecture", "jumprelu"]}[arch]
+    out = tmp_path / "out"
+    r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", *flags, "--tokens", "640", "--lr", "1e30", "--quiet",
+                     "--out", out)
+    said = f"{out}; the likely cause: --lr 1e+30 too large\n"
+    assert r.returncode == 2 and r.stderr == "error: step 2: the loss is nan: the run diverged; " + (
+        f"saved step 1 in {said}" if saved else "nothing was saved; the likely cause: --lr 1e+30 too large\n"), r.stderr
+    assert os.path.exists(out) == saved
+    if saved:
+        sae = sae_files.load_sae(str(out))
+        assert all(np.isfinite(sae[k]).all() for k in sae_files.tensor_names(sae["cfg"]["architecture"]))
+        assert len((out / "train_log.jsonl").read_text().splitlines()) == 1
+
+
+def test_topk_under_layer_norm_trains_until_a_latent_is_dead_then_stops_as_saelens(data, tmp_path, capsys):
+    """SAELens 6.54.12 trains a TopK SAE with AuxK under layer_norm while no latent is dead, and raises at the first
+    step with one: here that step is one line, exit 2, the steps before it saved; --resume with
+    --aux-loss-coefficient 0 goes on."""
+    out = tmp_path / "out"
+    r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--architecture", "topk", "--k", "2", "--normalize",
+                     "layer_norm", "--dead-feature-window", "2", "--tokens", "640", "--quiet", "--out", out)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "takes no AuxK loss under normalize_activations layer_norm" in r.stderr and "saved step 3 in" in r.stderr
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [e["auxiliary_reconstruction_loss"] for e in log] == [0.0] * 3
+    r = sae_cli_main(capsys, "train", "--out", out, "--resume", "--aux-loss-coefficient", "0", "--quiet")
+    assert r.returncode == 0 and len((out / "train_log.jsonl").read_text().splitlines()) == 10, r.stderr
+
+
+def test_init_from_a_transcoder_is_refused_not_trained_as_an_sae(data, tmp_path, capsys):
+    """A TopK transcoder is a topk folder whose metadata names hook_name_out: --init would have trained it to
+    rebuild its own input."""
+    topk = sae_files.load_sae(os.path.join(DATA, "sae_arch", "topk"))
+    topk["cfg"]["metadata"]["hook_name_out"] = "blocks.1.hook_mlp_out"
+    sae_files.save_sae(str(tmp_path / "topk_tc"), topk)
+    for folder in (str(tmp_path / "topk_tc"), os.path.join(DATA, "sae_arch", "transcoder")):
+        r = sae_cli_main(capsys, "train", "--init", folder, "--data", data / "text.txt", "--tokens", "64",
+                         "--batch-tokens", "64", "--out", tmp_path / "out")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "is a transcoder (from blocks." in r.stderr, \
+            r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["topk_tc"]
+
+
+def test_out_a_file_is_said_to_be_a_file(data, tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    r = sae_cli_main(capsys, *NEW, "--data", data / "text.txt", "--l1", "1", "--tokens", "64", "--out",
+                     tmp_path / "file")
+    said = f"error: {tmp_path / 'file'}: is a file, not a folder: choose a new one, or --resume the run saved there\n"
+    assert r.returncode == 2 and r.stderr == said, r.stderr
+    assert (tmp_path / "file").read_text() == "x"
 
 
 def test_a_site_the_model_lacks_says_how_many_blocks_it_has(data, tmp_path, capsys):
@@ -332,11 +417,15 @@ def test_the_readings_take_an_sae_spliced_in(tmp_path, capsys):
     for same in (f"--sae {SAE_DIR} --use-error-term", "--center-writing-weights"):  # neither changes the output
         assert scores[same]["loss"] == pytest.approx(scores[""]["loss"], abs=1e-5)
     assert abs(scores[f"--sae {SAE_DIR}"]["loss"] - scores[""]["loss"]) > 1e-3
+    assert scores[f"--sae {SAE_DIR}"]["sae"] == HOOK and "sae" not in scores[""]  # as circuits.py's JSON says it
+    from conftest import in_process
+    from interface import gpt2_cli
+
+    r = in_process(gpt2_cli.main, capsys, text, "--score", "--sae", SAE_DIR, "--use-error-term", "--model", MODEL)
+    assert r.stdout.startswith(f"with the SAE {SAE_DIR} at {HOOK} with its error term\ntoken "), r.stdout
     r = gpt2_numpy(text, "--trace", "--json", "--sae", SAE_DIR)
     names = [s["name"] for s in json.loads(r.stdout)["stages"]]
     assert names.index(f"{HOOK}.hook_sae_acts_post") == names.index(HOOK) + 3
-    from conftest import in_process
-    from interface import gpt2_cli
 
     page = tmp_path / "page.html"
     r = in_process(gpt2_cli.main, capsys, text, "--html", page, "--sae", SAE_DIR, "--center-writing-weights",
@@ -392,3 +481,24 @@ def test_saelens_loads_what_sae_py_trains(data, tmp_path, flags):
     hook, d_sae, total = r.stdout.split()
     assert hook == HOOK and int(d_sae) == 16
     assert float(total) == pytest.approx(float(sae_files.load_sae(str(out))["W_dec"].sum()), rel=1e-5)
+
+
+def test_dla_by_latent_on_a_topk_sae_lists_the_latents_that_fire_and_no_zeros(capsys):
+    """A TopK SAE fires k latents a token: the table listed 16 more at 0.000 among "the 20 of the largest share"."""
+    import sae as S
+    from conftest import in_process
+    from interface import circuits_cli
+    from interface.loading import load_model
+
+    folder, clean = os.path.join(DATA, "sae_arch", "topk"), "When Mary and John went to the store, John gave a drink to"
+    encoder, hparams, params = load_model(MODEL)
+    ids = [encoder.eot] + encoder.encode(clean)
+    fired = np.flatnonzero(S.encode(S.gather(ids, params, hparams, HOOK)[0, -1:], sae_files.load_sae(folder))[0])
+    assert len(fired) == 4  # k
+    args = ("dla", "--clean", clean, "--answer", " Mary", "--wrong", " John", "--by", "latent", "--sae", folder,
+            "--model", MODEL)
+    r = in_process(circuits_cli.main, capsys, *args)
+    assert "the 4 latents that fire, fewer than 20 (f_i W_dec[i]" in r.stdout, r.stdout
+    assert sorted(int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("latent ")) == \
+        fired.tolist()
+    assert sorted(json.loads(in_process(circuits_cli.main, capsys, *args, "--json").stdout)["top"]) == fired.tolist()

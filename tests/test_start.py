@@ -206,3 +206,19 @@ def test_every_evaluate_command_takes_threads():
     for command in ("perplexity", "surprisal", "choice", "lambada", "classify", "preference"):
         more = ["--reference", "124M"] if command == "preference" else []
         assert evaluate_cli.parse_args([command, "FILE", *more, "--threads", "2"]).threads == 2, command
+
+
+def test_threads_above_the_cpus_the_process_may_use_are_refused_in_one_line():
+    """OpenBLAS runs no more threads than the CPUs, whatever it is told: --threads 1000000000 was taken and quietly
+    not followed (issue 51 §6). Every command's --threads is threads_flag's."""
+    import argparse
+
+    from interface.options import threads_flag
+
+    p = argparse.ArgumentParser()
+    threads_flag(p)
+    assert p.parse_args(["--threads", str(start.usable_cpus())]).threads == start.usable_cpus()
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "gpt2_numpy.py"), "hi", "--threads", "1000000000"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr == (f"error: --threads must be at most {start.usable_cpus()}, the CPUs this "
+                                              "process may use (BLAS runs no more threads), got 1000000000\n"), r.stderr

@@ -236,6 +236,9 @@ LAT = ["latent", "The weather", "--sae", SAE_DIR]
     (VEC + ["--layer", "0", "--read-token-index", "3"], "--read-token-index 3 is outside a text of 3 tokens"),
     (VEC + ["--layer", "0", "--read-token-index", "-4"], "--read-token-index -4 is outside a text of 3 tokens"),
     (ADD + ["--layer", "0", "--coeff", "1", "--threads", "0"], "--threads must be at least 1, got 0"),
+    (ADD + ["--layer", "1", "--coeff", "1e20"], "--coeff 1e+20 overflows float32: the steering vector would be"),
+    (VEC + ["--layer", "0", "--multiplier=-1e38"], "--multiplier -1e+38 overflows float32"),
+    (LAT + ["--latent", "0", "--alpha", "1e30"], "--alpha 1e+30 overflows float32"),
     (ADD + ["--layer", "0", "--coeff", "1", "--greedy", "--temperature", "0.5"], "--greedy is --temperature 0"),
     (ADD + ["--layer", "0", "--coeff", "1", "--top-p", "2"], "--top-p must be in (0, 1]"),
 ])
@@ -271,3 +274,21 @@ def test_a_pairs_file_with_a_bad_line_or_an_empty_text_is_refused(capsys, tmp_pa
         r = cli(capsys, "vector", "I think", "--pairs", pairs, "--layer", "0", "--logits", tmp_path / "l.npy")
         assert r.returncode == 2 and said in r.stderr and r.stderr.count("\n") == 1, r.stderr
         assert sorted(os.listdir(tmp_path)) == ["pairs.jsonl"]
+
+
+def test_a_strength_just_under_the_overflow_steers_and_one_that_overflows_inside_the_model_is_refused(tiny, capsys):
+    """check_overflow's bound is the strongest that runs (its logits finite, not the nan read as token 0); a
+    steering that overflows further on (here ×1e30 before attention's scores) is refused by its logits."""
+    encoder, hparams, params = tiny
+    sae = sae_files.load_sae(SAE_DIR)
+    bound = S.LONGEST / float(np.linalg.norm(sae["W_dec"][0].astype(np.float64)))
+    with pytest.raises(UserError, match="overflows float32"):
+        S.latent_vector(sae, 0, bound * 1.01)
+    v = S.latent_vector(sae, 0, bound * 0.99)
+    hooks = S.add_everywhere_hooks(v, "blocks.1.hook_resid_pre")
+    logits = S.steered_logits([encoder.eot, 40, 892], params, hparams, hooks)
+    assert np.isfinite(logits).all()
+    huge = lambda: {"blocks.0.ln1.hook_normalized": lambda x, name: x * np.float32(1e30)}  # noqa: E731
+    for kv_cache in (True, False):
+        with np.errstate(over="ignore", invalid="ignore"), pytest.raises(UserError, match="logits are not finite"):
+            generated([encoder.eot, 40], tiny, huge, kv_cache)

@@ -18,6 +18,10 @@ sae_training_golden.npz, under "<case>/":
   tensors, and inference/cfg (its cfg.json, as JSON text)
 sae_training_golden/<case>/: the training SAE at init, as save_model writes it (a SAELens trainer checkpoint's SAE:
   for BatchTopK, its architecture "batchtopk" and its topk_threshold)
+
+The cases of ALIVE, TopK and BatchTopK with run-time normalisation, have no dead latent (dead all False, the
+trainer's dead_feature_window 1000): SAELens takes no AuxK loss under layer_norm or constant_norm_rescale, and
+raises a ValueError at the first step with a dead latent; "<case>/raises" is what it says for the half-dead x.
 """
 import json
 import os
@@ -58,7 +62,12 @@ CASES = {  # name: (training class, config class, its settings, this step's coef
                             dict(l1_coefficient=0.3, normalize_activations="layer_norm"), {"l1": 0.3}),
     "standard_constant_norm": (StandardTrainingSAE, StandardTrainingSAEConfig,
                                dict(l1_coefficient=0.3, normalize_activations="constant_norm_rescale"), {"l1": 0.3}),
+    "topk_layer_norm": (TopKTrainingSAE, TopKTrainingSAEConfig,
+                        dict(k=4, aux_loss_coefficient=0.5, normalize_activations="layer_norm"), {}),
+    "batchtopk_constant_norm": (BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig,
+                                dict(k=2.5, topk_threshold_lr=0.1, normalize_activations="constant_norm_rescale"), {}),
 }
+ALIVE = ("topk_layer_norm", "batchtopk_constant_norm")  # no dead latent: SAELens's AuxK refuses run-time normalisation
 
 
 def new_sae(name):
@@ -94,8 +103,16 @@ def main():
         sae = new_sae(name)
         sae.save_model(os.path.join(OUT, name))
         out.update(tensors(sae, f"{p}init/"))
-        o = sae.training_forward_pass(TrainStepInput(sae_in=x, coefficients=coefficients, dead_neuron_mask=dead,
-                                                     n_training_steps=0, is_logging_step=False))
+        if name in ALIVE:
+            out[f"{p}dead"] = np.zeros(D_SAE, bool)
+            try:
+                sae.training_forward_pass(TrainStepInput(sae_in=x, coefficients=coefficients, dead_neuron_mask=dead,
+                                                         n_training_steps=0, is_logging_step=False))
+            except ValueError as e:
+                out[f"{p}raises"] = str(e)
+        o = sae.training_forward_pass(TrainStepInput(sae_in=x, coefficients=coefficients, n_training_steps=0,
+                                                     dead_neuron_mask=torch.tensor(out[f"{p}dead"]),
+                                                     is_logging_step=False))
         o.loss.backward()
         out.update({f"{p}feature_acts": o.feature_acts.detach().numpy(), f"{p}hidden_pre": o.hidden_pre.detach().numpy(),
                     f"{p}sae_out": o.sae_out.detach().numpy(), f"{p}loss/total": o.loss.item()})
@@ -106,7 +123,8 @@ def main():
 
         sae = new_sae(name)
         trainer = SAETrainer(cfg=SAETrainerConfig(total_training_samples=STEPS * N, train_batch_size_samples=N, lr=LR, lr_end=LR,
-                                                  dead_feature_window=1), sae=sae, data_provider=iter(batches))
+                                                  dead_feature_window=1000 if name in ALIVE else 1), sae=sae,
+                             data_provider=iter(batches))
         for i, batch in enumerate(batches):  # fit()'s loop, its losses kept
             step = trainer.step(batch)
             trainer.n_training_steps += 1
