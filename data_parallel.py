@@ -391,7 +391,9 @@ def validation(comm, params, hparams, val_data, recipe):
 
 def said_once(comm, work):
     """work() on rank 0 alone (a save, a message), after every rank has come to it; a UserError it raises
-    is raised on every rank, so that every rank stops with the same line."""
+    is raised on every rank, so that every rank stops with the same line. comm None: work(), alone."""
+    if comm is None:
+        return work()
     error = None
     if comm.Get_rank() == 0:
         try:
@@ -438,3 +440,70 @@ def steps_together(comm, first, last):
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+# ============================================================================
+# 8. An SAE on N ranks (sae.py train)
+# ============================================================================
+# Each rank takes its contiguous 1/N of each batch of activations. The losses and gradients are means over
+# the tokens, so the ranks' means, averaged, are the whole batch's. What a step decides from the whole
+# batch is decided from the whole batch: BatchTopK's ⌊k N⌋ largest activations, the latents that fired
+# (the dead latents' counters), and BatchTopK's running threshold (the smallest activation that fired).
+
+def batch_topk_across(comm, n_tokens):
+    """sae.batch_topk_mask, over every rank's part of a batch of n_tokens: the ⌊k n_tokens⌋ largest of
+    them all, wherever they are. Each rank offers its own largest (no more can be chosen from one rank),
+    the cut is the ⌊k n⌋-th largest of those, and a tie at the cut is taken rank by rank."""
+    def choose(acts, k):  # acts [N_rank, d_sae], ReLU'd -> bool
+        flat, n = acts.ravel(), int(k * n_tokens)
+        offered = np.partition(flat, flat.size - min(n, flat.size))[flat.size - min(n, flat.size):] if n > 0 else flat[:0]
+        every = np.concatenate(comm.allgather(offered))
+        if n <= 0 or n >= every.size:  # none, or every one (every rank offered all it has)
+            return np.full(acts.shape, n > 0)
+        cut = np.partition(every, every.size - n)[every.size - n]
+        mask = flat > cut
+        above, ties = zip(*comm.allgather((int(mask.sum()), int((flat == cut).sum()))))
+        take = min(max(n - sum(above) - sum(ties[:comm.Get_rank()]), 0), ties[comm.Get_rank()])
+        mask[np.flatnonzero(flat == cut)[:take]] = True
+        return mask.reshape(acts.shape)
+
+    return choose
+
+
+def mean_across(comm, arrays):
+    """{name: array} -> the mean of each over the ranks (in place: one all-reduce of them all, flattened)."""
+    flat = np.concatenate([a.reshape(-1) for a in arrays.values()]).astype(np.float32)
+    post_allreduce(comm, flat)()
+    flat *= np.float32(1.0 / comm.Get_size())
+    out, at = {}, 0
+    for name, a in arrays.items():
+        out[name] = flat[at:at + a.size].reshape(a.shape)
+        at += a.size
+    return out
+
+
+def sae_step(comm, x, sae, state, lr, settings, coefficient=0.0):
+    """sae.training_step on this rank's part x [N / ranks, d_in] of a batch: the same step, every rank's
+    SAE the same after it. -> losses, the whole batch's"""
+    arch = settings["architecture"]
+    if arch == "jumprelu":
+        np.maximum(sae["threshold"], 0, out=sae["threshold"])
+    dead = state["since_fired"] > settings.get("dead_feature_window", S.DEAD_FEATURE_WINDOW)
+    if arch == "standard" and sae["cfg"].get("normalize_activations", "none") in ("none", "expected_average_only_in"):
+        losses, grads, f = S.sae_backward(x, sae, coefficient)
+    else:
+        choose = batch_topk_across(comm, x.shape[0] * comm.Get_size())
+        losses, grads, f = S.training_backward(x, sae, settings, coefficient, dead, choose=choose)
+    losses = {name: value / comm.Get_size() for name, value in summed(comm, losses).items()}
+    grads = mean_across(comm, grads)
+    fired = np.logical_or.reduce(comm.allgather((f != 0).any(0)))
+    state["since_fired"] += 1
+    state["since_fired"][fired] = 0
+    if arch == "batchtopk":
+        smallest = [m for m in comm.allgather(float(f[f > 0].min()) if (f > 0).any() else None) if m is not None]
+        if smallest:
+            rate = settings["topk_threshold_lr"]
+            state["topk_threshold"] = (1 - rate) * state["topk_threshold"] + rate * min(smallest)
+        losses["topk_threshold"] = state["topk_threshold"]
+    S.adam_step(sae, grads, state, lr)
+    return losses

@@ -16,6 +16,7 @@ mistake (one line on stderr, before any work where it can be), 130 interrupted: 
 done first, whole; nothing else is written unless the command ends well.
 """
 import argparse
+import contextlib
 import html
 import io
 import json
@@ -25,11 +26,12 @@ import sys
 
 import numpy as np
 
+import data_parallel
 import sae as S
 from interface import loading
 from interface.options import (CENTRED_HELP, FOLD_LN_HELP, array_module, at_least, check_page_folder, device_flag,
                                folded, model_flags, number, on_device, restore_flags, threads_flag, user_message)
-from plumbing import device, sae_files
+from plumbing import device, mpi, sae_files
 from plumbing.errors import (Terminated, UserError, ctrl_c_waits, exit_status, fail, given_flags, plural, read_json,
                              read_text)
 from plumbing.folders import check_new_folder, write_page
@@ -54,7 +56,7 @@ def common(p, data=True):
         p.add_argument("--data", required=True, metavar="FILE", help="a UTF-8 text")
 
 
-NOT_SAVED = ("command", "out", "resume", "quiet", "json", "threads", "base_url", "models_dir", "given")
+NOT_SAVED = ("command", "out", "resume", "quiet", "json", "threads", "base_url", "models_dir", "given", "comm")
 FIXED = ("architecture", "site", "d_sae", "init", "data", "activations", "seed", "context", "batch_tokens",
          "normalize_activations", "model", "center_writing_weights")  # a resumed run is the same run: these stay
 MOST_STEPS = 10 ** 9  # train.py's most micro-batches: no run finishes more
@@ -225,7 +227,9 @@ def resumed_flags(args):
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    comm = mpi.world() if argv is None else None  # MPI's, when mpiexec started several processes: train shares
+    args = parse_args(sys.argv[1:] if argv is None else argv)  # each batch among them (data_parallel.py)
+    args.comm = comm
     return exit_status(lambda: COMMANDS[args.command](args), user_message)
 
 
@@ -379,22 +383,27 @@ def check_memory(args, d_in, d_sae):
 
 
 def train(args):
-    encoder, hparams, params, hooks = model(args)
-    if args.resume and args.resumed_note:
-        print(args.resumed_note, file=sys.stderr)
-    sae, settings, topk_threshold = starting_sae(args, hparams)
-    site, d_in, d_sae = S.hook_name(sae), sae["cfg"]["d_in"], sae["cfg"]["d_sae"]
-    check_memory(args, d_in, d_sae)
-    steps = args.tokens // args.batch_tokens
-    data_tokens = args.data_tokens or steps * args.batch_tokens  # a resumed run reads the first run's data
-    x = training_data(args, encoder, params, hparams, hooks, site, d_in, data_tokens)
-    if len(x) < 1:
-        raise UserError("gives no activations to train on", path=args.data or args.activations)
-    state, log = S.new_training_state(sae), []
-    state["topk_threshold"] = topk_threshold
-    factor = S.scaling_factor(np.asarray(x)) if args.normalize_activations == "expected_average_only_in" else None
-    if args.resume:
-        factor, log = resumed_state(args.out, sae, state)
+    comm = getattr(args, "comm", None)  # several processes: each a part of every batch (data_parallel.py)
+    with data_parallel.agreed(comm):
+        if comm and args.batch_tokens % comm.Get_size():
+            raise UserError(f"{comm.Get_size()} processes cannot share --batch-tokens {args.batch_tokens}: choose a "
+                            "number of processes that divides it")
+        encoder, hparams, params, hooks = model(args)
+        if args.resume and args.resumed_note:
+            print(args.resumed_note, file=sys.stderr)
+        sae, settings, topk_threshold = starting_sae(args, hparams)
+        site, d_in, d_sae = S.hook_name(sae), sae["cfg"]["d_in"], sae["cfg"]["d_sae"]
+        check_memory(args, d_in, d_sae)
+        steps = args.tokens // args.batch_tokens
+        data_tokens = args.data_tokens or steps * args.batch_tokens  # a resumed run reads the first run's data
+        x = training_data(args, encoder, params, hparams, hooks, site, d_in, data_tokens)
+        if len(x) < 1:
+            raise UserError("gives no activations to train on", path=args.data or args.activations)
+        state, log = S.new_training_state(sae), []
+        state["topk_threshold"] = topk_threshold
+        factor = S.scaling_factor(np.asarray(x)) if args.normalize_activations == "expected_average_only_in" else None
+        if args.resume:
+            factor, log = resumed_state(args.out, sae, state)
     if state["step"] >= steps:
         print(f"{args.out}: already trained for {plural(state['step'], 'step')}, nothing to do (a larger --tokens "
               "goes on)")
@@ -408,15 +417,19 @@ def train(args):
                   f"{steps:,} steps of {args.batch_tokens:,}" + (f", from step {first:,}" if first else ""),
                   file=sys.stderr, flush=True)
         with meter(args, steps, "step", initial=first) as bar:
-            for step in range(first, steps):
+            for step in range(first, steps) if comm is None else data_parallel.steps_together(comm, first, steps):
                 at = (np.arange(args.batch_tokens) + step * args.batch_tokens) % len(x)  # round again if short
+                if comm is not None:  # this rank's contiguous part of the batch
+                    at = at[slice(*data_parallel.share(len(at), comm.Get_size(), comm.Get_rank()))]
                 batch = np.asarray(x[at], dtype=np.float32)
                 if factor is not None:
                     batch *= np.float32(factor)
                 coefficient = step_coefficient(settings, step)
-                with ctrl_c_waits():  # a step is done whole, and logged, or not begun
-                    losses = S.training_step(batch, sae, state, args.lr, settings, coefficient)
-                    log.append({"step": step, **losses, "coefficient": coefficient, "lr": args.lr})
+                with ctrl_c_waits() if comm is None else contextlib.nullcontext():  # done whole, and logged, or not begun
+                    losses = (S.training_step(batch, sae, state, args.lr, settings, coefficient) if comm is None else
+                              data_parallel.sae_step(comm, batch, sae, state, args.lr, settings, coefficient))
+                    log.append({"step": step, **losses, "coefficient": coefficient, "lr": args.lr}
+                               | ({"ranks": comm.Get_size()} if comm else {}))
                 bar.set_postfix(mse=f"{losses['mse_loss']:.4g}", loss=f"{losses['loss']:.4g}",
                                 l0=f"{losses['l0']:.1f}")
                 bar.update()
@@ -425,10 +438,10 @@ def train(args):
         if state["step"] == first:
             print(f"\n{what} before a step was done: nothing {'new ' if first else ''}was saved", file=sys.stderr)
         else:
-            save(args.out, sae, settings, state, factor, log, config)
+            data_parallel.said_once(comm, lambda: save(args.out, sae, settings, state, factor, log, config))
             print(f"\n{what}: saved step {state['step']} in {args.out}; --resume continues", file=sys.stderr)
         return 130
-    save(args.out, sae, settings, state, factor, log, config)
+    data_parallel.said_once(comm, lambda: save(args.out, sae, settings, state, factor, log, config))
     if args.json:
         print(json.dumps({"out": args.out, "steps": len(log), "tokens": len(log) * args.batch_tokens,
                           "last": log[-1] if log else None}))
