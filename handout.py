@@ -218,6 +218,12 @@ EXERCISES = {
     48: ("the ActAdd hook",
          [("steer.py", "act_add", "test_act_add_hook_adds_to_the_front_and_leaves_a_one_position_pass")],
          ["test_act_add_is_the_papers_vector_logits_and_greedy_ids"], "steer"),
+    49: ("the ring all-reduce",
+         [("data_parallel.py", "ring_allreduce", "test_the_ring_all_reduce_is_every_ranks_sum_on_every_rank")],
+         ["test_from_scratch_zero_1_is_plain_data_parallel_and_one_process"], "data_parallel"),
+    50: ("ZeRO-1's slice offsets",
+         [("data_parallel.py", "bucket_slices", "test_zero_slices_cut_each_tensor_in_n_and_lay_a_ranks_slices_together")],
+         ["test_zero_1_holds_a_ranks_slice_of_the_moments_alone"], "data_parallel"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -240,7 +246,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "sae": "sae.train_step and sae.encode on gathered activations (as python sae.py train runs them)",
          "topk": "sae.encode with a TopK SAE (as python sae.py encode --sae DIR runs one)",
          "sae_jumprelu": "sae.training_step of a JumpReLU SAE (as python sae.py train --architecture jumprelu runs it)",
-         "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C'}
+         "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C',
+         "data_parallel": "mpiexec -n 2 python train.py --data FILE, and with --zero 1 (two processes, one run)"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -287,6 +294,7 @@ TWINS = {
         "adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)"),
     ("evaluate.py", "rolling_windows_fast"): (("rolling_windows",),
                                               "yield from rolling_windows(ids, prefix_id, context, stride)"),
+    ("data_parallel.py", "post_allreduce"): (("ring_allreduce",), "ring_allreduce(comm, x)\nreturn lambda: None"),
     # Not twins, but forms that would give a blanked function's answer away (tests/test_handout_leaks.py):
     # in a handout they too run the student's function. log_softmax shows softmax's max subtraction;
     # gelu_backward spells out gelu's tanh form, so it becomes the derivative of the student's gelu, by

@@ -832,7 +832,8 @@ def train(run, out, config, quiet=False, parallel=None):
                 val = many["validation"](params, hparams, run["val_data"], recipe)
                 if val:
                     run["log"].append({"step": step, **{f"val_{name}": value for name, value in val.items()}})
-                bar.write(report(step, metrics, val))
+                if many["speaks"]:
+                    bar.write(report(step, metrics, val))
             if samples and many["speaks"] and step % recipe["sample_every"] == 0:
                 bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
             if step % recipe["save_every"] == 0 or step == steps:
