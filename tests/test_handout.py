@@ -16,6 +16,7 @@ import pytest
 
 from conftest import HERE, ROOT
 import handout
+from interface import notebook
 from plumbing import classifier_files
 
 
@@ -395,6 +396,7 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
               "--model", "model", "--greedy", "--n-tokens", "8", "--quiet"],
     "topk": ["-c", TOPK],
     "sae_jumprelu": ["-c", SAE_JUMPRELU],
+    "data_parallel": ["-c", notebook.DATA_PARALLEL, "model", "notes.txt", "trained"],  # two ranks as two threads
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -601,6 +603,8 @@ def body_of_source(source, function):
 
 # the threshold's gradient with its sign lost: the estimator pushes θ the wrong way
 WRONG["jumprelu_backward"] = body_of("sae.py", "jumprelu_backward").replace("-ste.sum(0)", "ste.sum(0)")
+# the chunk that comes in written over the rank's own, not added: each rank's gradient is half the sum
+WRONG["ring_allreduce"] = body_of("data_parallel.py", "ring_allreduce").replace("part += received", "part[...] = received")
 # the weights without σ(-β δ): every pair pulled alike, however well the model already ranks it
 WRONG["dpo_loss"] = body_of("dpo.py", "dpo_loss").replace("pull = beta * sigmoid(-beta * delta) / P",
                                                           "pull = np.full(P, beta / P)")
