@@ -46,7 +46,7 @@ import threading
 import numpy as np
 
 from backward import IGNORE
-from optimizer import adamw_step_fast, clip_scale, grad_norm, learning_rate
+from optimizer import clip_scale
 import dpo
 import sae as S
 import train
@@ -246,32 +246,42 @@ def summed(comm, metrics):
 
 
 def train_step(params, hparams, state, data, step, recipe, buffers, group):
-    """One step on this rank (train.train_step's, across the ranks): its pieces' gradients, summed across
-    the ranks a bucket at a time; the global norm, the schedule's rate, clipping and AdamW on every tensor
-    (each rank the same), or under ZeRO-1 on this rank's slices, then the weights' slices gathered.
+    """One step on this rank: train.train_step itself (the norm, the schedule, clipping, AdamW), its
+    gradients this rank's pieces' summed across the ranks a bucket at a time, each rank's the same: so every
+    rank takes the same AdamW step. Under ZeRO-1 the step is this rank's slices' (the weights', their
+    gradients', the moments'), clipped already by the global norm, then the weights' slices are gathered.
     group: parallel()'s. -> the step's metrics, {"lr", "loss", ...}, the whole step's."""
     comm, zero = group["comm"], group["zero"]
     post = (lambda b: post_reduce_scatter(comm, b)) if zero else (lambda b: post_allreduce(comm, b["buffer"]))
-    metrics, waits = gradients(params, hparams, data, step, recipe, buffers, group["frozen"], group, post)
-    metrics = summed(comm, metrics)
-    for wait in waits:  # every bucket summed before the optimizer reads it
-        wait()
-    if zero:  # the global norm from the slices' sums of squares
-        norm = math.sqrt(math.fsum(comm.allgather(math.fsum(float(np.vdot(b["mine"], b["mine"]))
-                                                            for b in group["buckets"]))))
-    else:
-        norm = grad_norm(group["grads"])
-    if not (np.isfinite(metrics["loss"]) and np.isfinite(norm)):  # the same on every rank: all stop together
-        raise train.Diverged(step + 1, metrics["loss"], norm)
-    lr = learning_rate(step, recipe["lr"], recipe["warmup"], recipe["steps"], recipe["lr"] * recipe["min_lr_ratio"])
-    settings = dict(lr=lr, beta2=recipe["beta2"], weight_decay=recipe["weight_decay"],
-                    grad_scale=clip_scale(norm, recipe["grad_clip"]))
+
+    def summed_gradients(params, hparams, data, step, recipe, buffers, frozen):
+        metrics, waits = gradients(params, hparams, data, step, recipe, buffers, group["frozen"], group, post)
+        metrics = summed(comm, metrics)
+        for wait in waits:  # every bucket summed before the optimizer reads it
+            wait()
+        if zero:
+            clip_slices(comm, group["buckets"], recipe["grad_clip"])
+        return metrics, group["my_grads" if zero else "grads"]
+
+    metrics = train.train_step(params, hparams, state, data, step, recipe, buffers,
+                               group["my_params"] if zero else (group["trained"] if group["frozen"] else None),
+                               gradients=summed_gradients)
     if zero:
-        adamw_step_fast(group["my_params"], group["my_grads"], state, **settings)
         gather_weights(comm, group["buckets"], group["trained"])
-    else:
-        adamw_step_fast(group["trained"], group["grads"], state, **settings)
-    return {"lr": lr, **metrics}
+    return metrics
+
+
+def clip_slices(comm, bucket_list, max_norm):
+    """Under ZeRO-1, the gradients' slices clipped by the norm of them all (each rank's slices' sum of squares,
+    summed across the ranks), so that train_step, which sees this rank's slices alone, finds nothing more to
+    clip; a norm that is not finite is written into them, so that train_step finds it too, on every rank."""
+    norm = math.sqrt(math.fsum(comm.allgather(math.fsum(float(np.vdot(b["mine"], b["mine"])) for b in bucket_list))))
+    scale = clip_scale(norm, max_norm) if math.isfinite(norm) else 1.0
+    for b in bucket_list:
+        if not math.isfinite(norm):
+            b["mine"].fill(norm)
+        elif scale != 1.0:
+            b["mine"] *= np.float32(scale)
 
 
 # ============================================================================

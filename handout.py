@@ -270,7 +270,7 @@ NEEDS = {"generate": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15), "params": (9, 10, 1
          "sae": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 43, 44, 45), "topk": (43, 46),
          "sae_jumprelu": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 47),
          "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48),
-         "data_parallel": (1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 23, 24, 49, 50)}
+         "data_parallel": (1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 23, 24, 25, 49, 50)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise (unless

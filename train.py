@@ -497,12 +497,13 @@ def gradients(params, hparams, data, step, recipe, buffers=None, frozen=False):
     return metrics, total
 
 
-def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
+def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None, gradients=gradients):
     """One step of training: the forward and backward passes (gradients), the step's learning rate (warm-up,
     then cosine), the gradients clipped to recipe["grad_clip"] by their global norm, and AdamW (beta2,
     weight_decay: the recipe's). -> the step's metrics, {"lr", "loss", ...}. step: counted from 0.
     adapters: a LoRA run's (inside params' layers, with_adapters), the only tensors trained (with a
-    classifier's score); None: every parameter is. The rest is gradients'."""
+    classifier's score); None: every parameter is. The rest is gradients', the function above, or on many
+    processes data_parallel.py's, which sums every process's."""
     metrics, grads = gradients(params, hparams, data, step, recipe, buffers, adapters is not None)
     norm = grad_norm(grads)
     if not (np.isfinite(metrics["loss"]) and np.isfinite(norm)):  # before AdamW: the weights stay the last good ones
