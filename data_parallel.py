@@ -466,7 +466,8 @@ def batch_topk_across(comm, n_tokens):
     the cut is the ⌊k n⌋-th largest of those, and a tie at the cut is taken rank by rank."""
     def choose(acts, k):  # acts [N_rank, d_sae], ReLU'd -> bool
         flat, n = acts.ravel(), int(k * n_tokens)
-        offered = np.partition(flat, flat.size - min(n, flat.size))[flat.size - min(n, flat.size):] if n > 0 else flat[:0]
+        m = min(max(n, 0), flat.size)  # no more than the whole batch's n can come from this rank
+        offered = np.partition(flat, flat.size - m)[flat.size - m:] if m else flat[:0]
         every = np.concatenate(comm.allgather(offered))
         if n <= 0 or n >= every.size:  # none, or every one (every rank offered all it has)
             return np.full(acts.shape, n > 0)

@@ -222,7 +222,8 @@ EXERCISES = {
          [("data_parallel.py", "ring_allreduce", "test_the_ring_all_reduce_is_every_ranks_sum_on_every_rank")],
          ["test_from_scratch_zero_1_is_plain_data_parallel_and_one_process"], "data_parallel"),
     50: ("ZeRO-1's slice offsets",
-         [("data_parallel.py", "bucket_slices", "test_zero_slices_cut_each_tensor_in_n_and_lay_a_ranks_slices_together")],
+         [("data_parallel.py", "bucket_slices",
+           "test_zero_slices_cut_each_tensor_in_n_and_lay_a_ranks_slices_together")],
          ["test_zero_1_holds_a_ranks_slice_of_the_moments_alone"], "data_parallel"),
 }
 

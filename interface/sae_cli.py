@@ -425,7 +425,8 @@ def train(args):
                 if factor is not None:
                     batch *= np.float32(factor)
                 coefficient = step_coefficient(settings, step)
-                with ctrl_c_waits() if comm is None else contextlib.nullcontext():  # done whole, and logged, or not begun
+                # a step is done whole, and logged, or not begun (several processes: data_parallel's steps)
+                with ctrl_c_waits() if comm is None else contextlib.nullcontext():
                     losses = (S.training_step(batch, sae, state, args.lr, settings, coefficient) if comm is None else
                               data_parallel.sae_step(comm, batch, sae, state, args.lr, settings, coefficient))
                     log.append({"step": step, **losses, "coefficient": coefficient, "lr": args.lr}

@@ -118,7 +118,7 @@ def data(tmp_path_factory, corpus):
     pairs = DPO_GOLDEN["pairs"] * 2
     return {"model": small_model(str(folder / "small"), corpus.read_text(encoding="utf-8") + json.dumps(pairs)),
             "documents": str(corpus),
-            "instruction": jsonl(folder / "pairs.jsonl", [{"prompt": f"Say {w} back:", "response": " " + w * (i % 3 + 1)}
+            "instruction": jsonl(folder / "pairs.jsonl", [{"prompt": f"Say {w}:", "response": f" {w * (i % 3 + 1)}"}
                                                           for i, w in enumerate(words[:40])]),
             "labelled": jsonl(folder / "spam.jsonl", [{"text": t, "label": label} for t, label in SPAM * 3]),
             "preference": jsonl(folder / "prefs.jsonl", pairs)}

@@ -37,8 +37,9 @@ def find_mpiexec():
 
 
 MPIEXEC = find_mpiexec()
-pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="needs mpi4py and mpiexec: pip install -r requirements-mpi.txt, "
-                                                        "then python -m pytest tests/test_data_parallel_mpi.py")
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="needs mpi4py and mpiexec: pip install -r "
+                                                        "requirements-mpi.txt, then python -m pytest "
+                                                        "tests/test_data_parallel_mpi.py")
 
 
 def launch(n, *argv, wait=True, **kwargs):

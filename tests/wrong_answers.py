@@ -134,12 +134,13 @@ WRONG_ANSWERS = {  # function: [(body, or (old, new) in the right body), what is
                         "the chunk that comes in written over the rank's own, not added to it"),
                        (("recvbuf=chunk(rank - s), source=left", "recvbuf=chunk(rank + 1 - s), source=left"),
                         "the all-gather receives into the chunk it sends: each rank keeps one chunk summed")],
-    "bucket_slices": [(("start, stop = share(n, parts, part)", "start, stop = n // parts * part, n // parts * (part + 1)"),
+    "bucket_slices": [(("start, stop = share(n, parts, part)",
+                        "start, stop = n // parts * part, n // parts * (part + 1)"),
                        "slices n // parts long: the last n % parts elements of a tensor belong to no rank"),
                       ("layout = []\nfor part in range(parts):\n    layout.append([])\n    offset = 0\n"
                        "    for n in sizes:\n        start, stop = share(n, parts, part)\n"
                        "        layout[-1].append((start, stop, offset + start))\n        offset += n\nreturn layout",
-                       "each slice where it lies among the whole tensors: a reduce-scatter hands a rank other elements")],
+                       "each slice where it lies among whole tensors: a reduce-scatter hands a rank other elements")],
     "dpo_loss": [(("rewards[:P] > rewards[P:]", "rewards[:P] >= rewards[P:]"), "a tie counted as right"),
                  (("pull = beta * sigmoid(-beta * delta) / P", "pull = beta * sigmoid(beta * delta) / P"),
                   "σ(β δ): the pairs already right pulled hardest")],
