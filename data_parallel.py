@@ -199,12 +199,12 @@ def step_pieces(data, recipe, step, ranks, rank):
 # 5. The step
 # ============================================================================
 
-def pack(grads, bucket_list, part_of, weight, first):
-    """weight x this piece's gradients into the buckets (written over if first, else added): each bucket's
-    parts, part_of(bucket) -> the parts this rank fills (all of them: every slice of every tensor)."""
+def pack(grads, bucket_list, weight, first):
+    """weight x this piece's gradients into the buckets, every slice of every tensor (written over if first,
+    else added to what the earlier pieces wrote)."""
     flat = shapes.flatten(grads)
     for bucket in bucket_list:
-        for part in part_of(bucket):
+        for part in range(len(bucket["layout"])):
             for name, start, stop, view in slices(bucket, part):
                 g = flat[name].reshape(-1)[start:stop]
                 if first:
@@ -221,7 +221,6 @@ def gradients(params, hparams, data, step, recipe, buffers, frozen, group, post)
     pieces = step_pieces(data, recipe, step, comm.Get_size(), comm.Get_rank())
     rng = np.random.default_rng([recipe["seed"], step, 1 + comm.Get_rank()])  # dropout's, a rank's own
     kind, metrics = train.DATA_KINDS[data["kind"]], {}
-    every_part = lambda bucket: range(len(bucket["layout"]))  # noqa: E731
     if not pieces:  # a rank with nothing this step (an epoch's short last batch) adds zeros
         for bucket in bucket_list:
             bucket["buffer"].fill(0.0)
@@ -230,11 +229,11 @@ def gradients(params, hparams, data, step, recipe, buffers, frozen, group, post)
         for name, value in {"loss": loss, **more}.items():
             metrics[name] = metrics.get(name, 0.0) + weight * value
         if i < len(pieces) - 1:
-            pack(grads, bucket_list, every_part, weight, i == 0)
+            pack(grads, bucket_list, weight, i == 0)
     waits = []
     for bucket in bucket_list:  # the last piece's, a bucket at a time, each one posted once it is written
         if pieces:
-            pack(grads, [bucket], every_part, pieces[-1][1], len(pieces) == 1)
+            pack(grads, [bucket], pieces[-1][1], len(pieces) == 1)
         waits.append(post(bucket))
     return metrics, waits
 

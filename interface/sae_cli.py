@@ -389,6 +389,9 @@ def train(args):
             raise UserError(f"{comm.Get_size()} processes cannot share --batch-tokens {args.batch_tokens}: choose a "
                             "number of processes that divides it")
         encoder, hparams, params, hooks = model(args)
+        if comm and device.on_device(params["wte"]):
+            raise UserError("--device gpu on several processes is not written yet (docs/parallel.md): train on the "
+                            "CPUs, or on one GPU without mpiexec")
         if args.resume and args.resumed_note:
             print(args.resumed_note, file=sys.stderr)
         sae, settings, topk_threshold = starting_sae(args, hparams)

@@ -252,7 +252,7 @@ def run_in(args, comm=None):
             if note:
                 print(note, file=sys.stderr)
         check_preference_flags(args)
-        check_ranks(args, comm)
+        check_ranks(args, comm, xp)
     recipe = train.recipe_with(**{name: getattr(args, name) for name in train.RECIPE})
     lora = {"rank": args.lora_rank, "alpha": args.lora_alpha, "targets": args.lora_targets.split(","),
             "base": args.model} if args.lora_rank else None
@@ -287,9 +287,16 @@ def preference_settings(args):
     return {k: v for k, v in given.items() if v is not None}
 
 
-def check_ranks(args, comm):
-    """Under mpiexec, each step's windows are cut among the processes: their number must divide them."""
+def check_ranks(args, comm, xp):
+    """Under mpiexec, each step's windows are cut among the processes: their number must divide them; the
+    arrays stay on the CPU (docs/parallel.md: GPUs are a design); --zero 1 needs processes to cut among."""
     windows = args.batch_size * args.accum
+    if comm is None and args.zero:
+        raise UserError(f"--zero {args.zero} cuts AdamW's moments among processes: run it under mpiexec -n N, N > 1 "
+                        "(docs/parallel.md)")
+    if comm is not None and xp is not np:
+        raise UserError("--device gpu on several processes is not written yet (docs/parallel.md says how it would "
+                        "be): train on the CPUs, or on one GPU without mpiexec")
     if comm is not None and windows % comm.Get_size():
         raise UserError(f"{comm.Get_size()} processes cannot share a step's {windows} windows (--batch-size "
                         f"{args.batch_size} times --accum {args.accum}): choose a number that divides them")

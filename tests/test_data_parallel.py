@@ -22,10 +22,12 @@ import bpe
 import data_parallel
 import sae as S
 import train
-from conftest import model_folder_copy
+from conftest import in_process, train_args
+from interface import train_cli
 from fake_comm import ranks
 from plumbing import mpi, shapes
 from plumbing.checkpoint import write_checkpoint
+from plumbing.errors import UserError
 from plumbing.weights import load_weights
 from test_train_classify import SPAM
 from test_dpo import GOLDEN as DPO_GOLDEN
@@ -202,6 +204,23 @@ def test_from_scratch_zero_1_is_plain_data_parallel_and_one_process(data, tmp_pa
     other = run_on(1, str(tmp_path / "seed"), data, "documents", new=new, seed=1)
     assert update_difference(other, one) > 100 * UPDATE_CLOSE
     assert max(abs(a - b) / b for a, b in zip(losses(other), losses(one))) > 100 * LOSS_CLOSE
+
+
+def test_a_step_that_diverges_stops_every_rank_with_the_same_line(data, tmp_path):
+    """A learning rate far too large: the loss is not finite on every rank at the same step (it is the whole
+    step's), so every rank saves the steps before it (rank 0 writes) and stops with one UserError."""
+    with pytest.raises(UserError, match=r"^step \d+: the loss is nan: the run diverged; saved step \d+ .*--lr 1e\+30"):
+        run_on(2, str(tmp_path / "o"), data, "documents", lr=1e30, zero=1)
+    assert os.path.isfile(tmp_path / "o" / train.STATE_FILE)
+
+
+@pytest.mark.parametrize("flag, message", [("1", "--zero 1 cuts AdamW's moments among processes: run it under mpiexec"),
+                                           ("2", "--zero 2: ZeRO stage 1 (AdamW's moments in slices) is the one here")])
+def test_zero_without_processes_or_another_stage_is_one_line(data, tmp_path, capsys, flag, message):
+    argv = train_args(data["model"], data["documents"], tmp_path / "o", "--zero", flag)
+    r = in_process(train_cli.main, capsys, *argv)
+    assert r.returncode == 2 and r.stderr.startswith(f"error: {message}") and r.stderr.count("\n") == 1
+    assert not os.path.exists(tmp_path / "o")
 
 
 def test_zero_1_holds_a_ranks_slice_of_the_moments_alone(data, tmp_path):
