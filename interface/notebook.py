@@ -80,7 +80,7 @@ model, text, out = sys.argv[-3:]
 os.makedirs(out, exist_ok=True)
 for zero in (0, 1):  # plain data parallelism (the gradients summed by the ring all-reduce), then ZeRO-1
     def rank(comm):
-        recipe = train.recipe_with(steps=3, batch_size=2, context=16, eval_every=1, sample_every=3, save_every=3)
+        recipe = train.recipe_with(steps=2, batch_size=2, context=16, eval_every=2, sample_every=2, save_every=2)
         run = train.set_up(os.path.join(out, str(zero)), recipe, [text], base=lambda: loading.fetch_model(model),
                            quiet=True)
         train.train(run, os.path.join(out, str(zero)), {}, quiet=True, parallel=data_parallel.parallel(comm, run, zero))
