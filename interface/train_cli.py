@@ -97,8 +97,8 @@ def parser():
     device_flag(p)
     p.add_argument("--zero", type=at_least(0), default=0, metavar="STAGE", help="under mpiexec: 1 cuts each tensor's "
                    "AdamW moments in a slice for each process (ZeRO stage 1, docs/parallel.md); 0: each holds them all")
-    p.add_argument("--bucket-mb", type=number, default=data_parallel.BUCKET_MB, help="under mpiexec: the gradients "
-                   "are summed across the processes in buckets of about this many MB")
+    p.add_argument("--bucket-mb", type=at_least(1), default=data_parallel.BUCKET_MB, help="under mpiexec: the "
+                   "gradients are summed across the processes in buckets of about this many MB")
     p.error = fail
     return p
 
@@ -148,8 +148,6 @@ def check_flags(args):
         fail(f"--dpo-loss: no loss {args.dpo_loss!r}: choose from {', '.join(dpo.LOSSES)}")
     if args.zero > 1:
         fail(f"--zero {args.zero}: ZeRO stage 1 (AdamW's moments in slices) is the one here: choose 0 or 1")
-    if not args.bucket_mb > 0:
-        fail(f"--bucket-mb must be above 0, got {args.bucket_mb:g}")
 
 
 def check_preference_flags(args):
