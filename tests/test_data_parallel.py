@@ -215,7 +215,8 @@ def test_a_step_that_diverges_stops_every_rank_with_the_same_line(data, tmp_path
 
 
 @pytest.mark.parametrize("flag, message", [("1", "--zero 1 cuts AdamW's moments among processes: run it under mpiexec"),
-                                           ("2", "--zero 2: ZeRO stage 1 (AdamW's moments in slices) is the one here")])
+                                           ("2", "--zero 2: ZeRO stage 1 (AdamW's moments in slices) is the one here")],
+                         ids=["1 on one process", "2"])
 def test_zero_without_processes_or_another_stage_is_one_line(data, tmp_path, capsys, flag, message):
     argv = train_args(data["model"], data["documents"], tmp_path / "o", "--zero", flag)
     r = in_process(train_cli.main, capsys, *argv)
