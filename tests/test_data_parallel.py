@@ -23,7 +23,7 @@ import data_parallel
 import sae as S
 import train
 from conftest import in_process, train_args
-from interface import train_cli
+from interface import sae_cli, train_cli
 from fake_comm import ranks
 from plumbing import mpi, shapes
 from plumbing.checkpoint import write_checkpoint
@@ -222,6 +222,33 @@ def test_zero_without_processes_or_another_stage_is_one_line(data, tmp_path, cap
     r = in_process(train_cli.main, capsys, *argv)
     assert r.returncode == 2 and r.stderr.startswith(f"error: {message}") and r.stderr.count("\n") == 1
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_what_the_ranks_cannot_share_is_one_line_on_every_rank(data, tmp_path):
+    """A step's windows that N does not divide, an SAE's --batch-tokens that N does not divide, a GPU: refused
+    before any work, the same line on every rank (rank 0 says it), nothing written."""
+    def train_run(comm):
+        return train_cli.run(train_cli.parse_args(train_args(data["model"], data["documents"], tmp_path / "o",
+                                                             "--batch-size", "3")), comm)
+
+    with pytest.raises(UserError, match="^2 processes cannot share a step's 3 windows"):
+        ranks(2, train_run)
+    with pytest.raises(UserError, match="^--device gpu on several processes is not written yet"):
+        train_cli.check_ranks(train_cli.parse_args(train_args(data["model"], data["documents"], tmp_path / "o")),
+                              object(), xp=object())
+    x = np.zeros((64, 16), np.float32)
+    np.save(tmp_path / "acts.npy", x)
+
+    def sae_run(comm):
+        args = sae_cli.parse_args(["train", "--model", data["model"], "--site", "blocks.0.hook_resid_pre",
+                                   "--activations", str(tmp_path / "acts.npy"), "--d-sae", "8", "--l1", "1",
+                                   "--tokens", "60", "--batch-tokens", "15", "--out", str(tmp_path / "sae")])
+        args.comm = comm
+        return sae_cli.train(args)
+
+    with pytest.raises(UserError, match="^2 processes cannot share --batch-tokens 15"):
+        ranks(2, sae_run)
+    assert sorted(os.listdir(tmp_path)) == ["acts.npy"]
 
 
 def test_zero_1_holds_a_ranks_slice_of_the_moments_alone(data, tmp_path):
