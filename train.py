@@ -4,6 +4,7 @@
     python train.py --from-scratch --out models/shakespeare --vocab-size 257 --n-layer 4 --n-head 4 \
         --n-embd 128 --context 64 --batch-size 12 --steps 2000 --lr 1e-3 --beta2 0.99  # from nothing
     python gpt2_numpy.py --model models/notes-124M "prompt"
+    mpiexec -n 2 python train.py ...      # the same run on two processes (data_parallel.py, docs/parallel.md)
 
 The recipe comes first: every setting of a run, one a line with its default (RECIPE). Then the
 set-up (set_up) says where a run's weights and optimizer state come from: a new model, a saved

@@ -5,13 +5,15 @@
     python train.py --out models/notes-124M --resume --steps 400             go on with a saved run
     python train.py --model 1558M --data notes.txt --out models/n --lora-rank 8  LoRA: adapters on frozen weights
     python train.py --model 124M --data prefs.jsonl --out models/d --beta 0.1    DPO on preference pairs
+    mpiexec -n 2 python train.py ... [--zero 1]       the same run on two processes (data_parallel.py)
 
 Most flags are train.py's tables (RECIPE, NEW_MODEL, LORA), their defaults and help with them. The
 command line checks them, finds the model by name (a released size, a folder, hf:owner/name: fetched
 here, and a released size checked against the run before its download), then hands over to
 train.set_up, which says where the weights and state come from, and train.train, the loop.
 Exit status: 0 done, 2 a user's mistake (one line on stderr), 130 interrupted (Ctrl-C or
-SIGTERM: in the loop, it first saves the steps done).
+SIGTERM: in the loop, it first saves the steps done). Under mpiexec, rank 0 says the line, and a
+mistake any rank finds during the set-up stops every rank (data_parallel.agreed).
 """
 import argparse
 import os
