@@ -30,7 +30,7 @@ allgather (Python objects, for a few numbers).
 
     share(n, ranks, rank)             a rank's contiguous part of n things: its windows, or a tensor's slice
     ring_allreduce(comm, x)           the sum of every rank's x, around a ring of Sendrecv calls (exercise 49)
-    post_allreduce(comm, x)           the same sum, by MPI's own all-reduce, started at once (the fast form)
+    ring_allreduce_fast(comm, x)      the same sum, by MPI's own all-reduce, started at once (the fast form)
     bucket_slices(sizes, parts)       where each tensor's slices lie in a bucket, rank by rank (exercise 50)
     buckets(trained, ...)             the gradients' buckets: the parameters in reverse, about --bucket-mb each
     step_pieces(data, recipe, ...)    this rank's part of each of the step's micro-batches, and each one's weight
@@ -96,7 +96,7 @@ def ring_allreduce(comm, x):
         comm.Sendrecv(chunk(rank + 1 - s), dest=right, recvbuf=chunk(rank - s), source=left)
 
 
-def post_allreduce(comm, x):
+def ring_allreduce_fast(comm, x):
     """ring_allreduce(comm, x), for the hot path: MPI's own all-reduce, posted (Iallreduce returns at once,
     and MPI moves the data while the program goes on). -> a function that waits until x holds the sum."""
     return comm.Iallreduce(mpi.in_place(comm), x).Wait
@@ -251,7 +251,9 @@ def train_step(params, hparams, state, data, step, recipe, buffers, group):
     gradients', the moments'), clipped already by the global norm, then the weights' slices are gathered.
     group: parallel()'s. -> the step's metrics, {"lr", "loss", ...}, the whole step's."""
     comm, zero = group["comm"], group["zero"]
-    post = (lambda b: post_reduce_scatter(comm, b)) if zero else (lambda b: post_allreduce(comm, b["buffer"]))
+
+    def post(bucket):  # its sum across the ranks, started: ZeRO-1's reduce-scatter, else the all-reduce
+        return post_reduce_scatter(comm, bucket) if zero else ring_allreduce_fast(comm, bucket["buffer"])
 
     def summed_gradients(params, hparams, data, step, recipe, buffers, frozen):
         metrics, waits = gradients(params, hparams, data, step, recipe, buffers, group["frozen"], group, post)
@@ -483,7 +485,7 @@ def batch_topk_across(comm, n_tokens):
 def mean_across(comm, arrays):
     """{name: array} -> the mean of each over the ranks (in place: one all-reduce of them all, flattened)."""
     flat = np.concatenate([a.reshape(-1) for a in arrays.values()]).astype(np.float32)
-    post_allreduce(comm, flat)()
+    ring_allreduce_fast(comm, flat)()
     flat *= np.float32(1.0 / comm.Get_size())
     out, at = {}, 0
     for name, a in arrays.items():

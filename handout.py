@@ -296,7 +296,8 @@ TWINS = {
         "adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)"),
     ("evaluate.py", "rolling_windows_fast"): (("rolling_windows",),
                                               "yield from rolling_windows(ids, prefix_id, context, stride)"),
-    ("data_parallel.py", "post_allreduce"): (("ring_allreduce",), "ring_allreduce(comm, x)\nreturn lambda: None"),
+    ("data_parallel.py", "ring_allreduce_fast"): (("ring_allreduce",),
+                                                 "ring_allreduce(comm, x)\nreturn lambda: None"),
     # Not twins, but forms that would give a blanked function's answer away (tests/test_handout_leaks.py):
     # in a handout they too run the student's function. log_softmax shows softmax's max subtraction;
     # gelu_backward spells out gelu's tanh form, so it becomes the derivative of the student's gelu, by

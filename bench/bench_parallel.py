@@ -96,7 +96,7 @@ def timed_mpi(data_parallel, total):
             return timed(out) if callable(out) else out  # the wait a post returns
         return call
 
-    for name in ("post_allreduce", "post_reduce_scatter", "gather_weights", "summed", "clip_slices"):
+    for name in ("ring_allreduce_fast", "post_reduce_scatter", "gather_weights", "summed", "clip_slices"):
         setattr(data_parallel, name, timed(getattr(data_parallel, name)))
 
 
