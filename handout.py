@@ -218,6 +218,13 @@ EXERCISES = {
     48: ("the ActAdd hook",
          [("steer.py", "act_add", "test_act_add_hook_adds_to_the_front_and_leaves_a_one_position_pass")],
          ["test_act_add_is_the_papers_vector_logits_and_greedy_ids"], "steer"),
+    49: ("the ring all-reduce",
+         [("data_parallel.py", "ring_allreduce", "test_the_ring_all_reduce_is_every_ranks_sum_on_every_rank")],
+         ["test_from_scratch_zero_1_is_plain_data_parallel_and_one_process"], "data_parallel"),
+    50: ("ZeRO-1's slice offsets",
+         [("data_parallel.py", "bucket_slices",
+           "test_zero_slices_cut_each_tensor_in_n_and_lay_a_ranks_slices_together")],
+         ["test_zero_1_holds_a_ranks_slice_of_the_moments_alone"], "data_parallel"),
     51: ("the translator's reading",
          [("lens.py", "tuned_lens_logits", "test_the_translators_reading_is_tuned_lenss")],
          ["test_a_lens_tuned_lens_saved_reads_as_tuned_lens_reads_it", "test_training_steps_equal_tuned_lenss"],
@@ -248,6 +255,7 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "topk": "sae.encode with a TopK SAE (as python sae.py encode --sae DIR runs one)",
          "sae_jumprelu": "sae.training_step of a JumpReLU SAE (as python sae.py train --architecture jumprelu runs it)",
          "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C',
+         "data_parallel": "mpiexec -n 2 python train.py --data FILE, and with --zero 1 (two processes, one run)",
          "tuned_lens": "python lens.py train --data FILE",
          "probe": "python lens.py probe --method logistic"}
 
@@ -272,6 +280,7 @@ NEEDS = {"generate": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15), "params": (9, 10, 1
          "sae": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 43, 44, 45), "topk": (43, 46),
          "sae_jumprelu": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 47),
          "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48),
+         "data_parallel": (1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 23, 24, 25, 49, 50),
          "tuned_lens": (1, 4, 5, 6, 7, 8, 14, 15, 19, 24, 51), "probe": (1, 4, 5, 6, 7, 8, 14, 15, 52)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
@@ -297,6 +306,8 @@ TWINS = {
         "adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)"),
     ("evaluate.py", "rolling_windows_fast"): (("rolling_windows",),
                                               "yield from rolling_windows(ids, prefix_id, context, stride)"),
+    ("data_parallel.py", "ring_allreduce_fast"): (("ring_allreduce",),
+                                                 "ring_allreduce(comm, x)\nreturn lambda: None"),
     # Not twins, but forms that would give a blanked function's answer away (tests/test_handout_leaks.py):
     # in a handout they too run the student's function. log_softmax shows softmax's max subtraction;
     # gelu_backward spells out gelu's tanh form, so it becomes the derivative of the student's gelu, by

@@ -348,7 +348,7 @@ def rectangle(u):
     return ((u > -0.5) & (u < 0.5)).astype(np.float32)
 
 
-def training_backward(x, sae, settings, coefficient=0.0, dead=None, target=None):
+def training_backward(x, sae, settings, coefficient=0.0, dead=None, target=None, choose=batch_topk_mask):
     """The training forward of any of the four architectures, its SAELens losses and every gradient, by hand.
     x [N, d_in] (scaled already, if expected_average_only_in); settings: the architecture's config fields
     ({"architecture", ...}, TRAINING_DEFAULTS'); coefficient: this step's l1 or l0 coefficient; dead [d_sae]
@@ -370,6 +370,7 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None, target=None)
     puts in its place the rectangle kernel of width ε (jumprelu_bandwidth):
     ∂[h > θ]/∂θ ≈ -(1/ε) rect((h - θ)/ε), so ∂f/∂θ ≈ -(θ/ε) rect((h - θ)/ε); to the input h, nothing more
     (or the same with its sign turned, with jumprelu_ste_to_input).
+    choose: BatchTopK's choice (data_parallel.py's, over every rank's part of a batch).
     -> (losses {SAELens's names, "loss", "l0"}, grads {name: array}, f [N, d_sae])"""
     arch, cfg = settings["architecture"], sae["cfg"]
     N = x.shape[0]
@@ -389,7 +390,7 @@ def training_backward(x, sae, settings, coefficient=0.0, dead=None, target=None)
     elif arch == "topk":
         passes = topk_mask(h, int(settings["k"])) & (h > 0)
     elif arch == "batchtopk":
-        passes = batch_topk_mask(np.maximum(h, 0), settings["k"]) & (h > 0)
+        passes = choose(np.maximum(h, 0), settings["k"]) & (h > 0)
     else:
         passes = h > 0
     f = h * passes  # [N, d_sae]

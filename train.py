@@ -4,6 +4,7 @@
     python train.py --from-scratch --out models/shakespeare --vocab-size 257 --n-layer 4 --n-head 4 \
         --n-embd 128 --context 64 --batch-size 12 --steps 2000 --lr 1e-3 --beta2 0.99  # from nothing
     python gpt2_numpy.py --model models/notes-124M "prompt"
+    mpiexec -n 2 python train.py ...      # the same run on two processes (data_parallel.py, docs/parallel.md)
 
 The recipe comes first: every setting of a run, one a line with its default (RECIPE). Then the
 set-up (set_up) says where a run's weights and optimizer state come from: a new model, a saved
@@ -366,14 +367,15 @@ def preference_loss(picks, params, hparams, data, recipe, rng, buffers, frozen):
     return metrics["loss"], grads, {k: v for k, v in metrics.items() if k != "loss"}
 
 
-def token_validation(params, hparams, data, recipe):
-    return {"loss": validation_loss(params, hparams, data["rows"], recipe["context"])}
+def token_validation(params, hparams, data, recipe, share=(0, 1)):
+    return {"loss": validation_loss(params, hparams, data["rows"], recipe["context"], share=share)}
 
 
-def label_validation(params, hparams, data, recipe, batch_size=8):
-    """The loss and accuracy over every validation text, in order (the forward pass only)."""
+def label_validation(params, hparams, data, recipe, batch_size=8, share=(0, 1)):
+    """The loss and accuracy over every validation text, in order (the forward pass only). share (rank,
+    ranks): that rank's part of them, every ranks-th batch, as its part of the means (data_parallel.py)."""
     rows, losses, right = data["rows"], [], 0
-    for start in range(0, len(rows), batch_size):
+    for start in range(0, len(rows), batch_size)[share[0]::share[1]]:
         x, labels = labelled_batch(rows, range(start, min(start + batch_size, len(rows))), data["pad_id"])
         logits = host(classify.classifier_logits(x, params, hparams, data["pad_id"]))  # [B, K], read on the host
         losses.append(classify.label_loss(logits, labels) * len(labels))
@@ -496,12 +498,13 @@ def gradients(params, hparams, data, step, recipe, buffers=None, frozen=False):
     return metrics, total
 
 
-def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None):
+def train_step(params, hparams, state, data, step, recipe, buffers=None, adapters=None, gradients=gradients):
     """One step of training: the forward and backward passes (gradients), the step's learning rate (warm-up,
     then cosine), the gradients clipped to recipe["grad_clip"] by their global norm, and AdamW (beta2,
     weight_decay: the recipe's). -> the step's metrics, {"lr", "loss", ...}. step: counted from 0.
     adapters: a LoRA run's (inside params' layers, with_adapters), the only tensors trained (with a
-    classifier's score); None: every parameter is. The rest is gradients'."""
+    classifier's score); None: every parameter is. The rest is gradients', the function above, or on many
+    processes data_parallel.py's, which sums every process's."""
     metrics, grads = gradients(params, hparams, data, step, recipe, buffers, adapters is not None)
     norm = grad_norm(grads)
     if not (np.isfinite(metrics["loss"]) and np.isfinite(norm)):  # before AdamW: the weights stay the last good ones
@@ -799,12 +802,15 @@ def set_up(out, recipe, data=None, base=None, new=None, lora=None, resume=False,
 # 7. The loop
 # ============================================================================
 
-def train(run, out, config, quiet=False):
+def train(run, out, config, quiet=False, parallel=None):
     """The loop, from the state's step to the recipe's steps: train_step, then the report, the sample and
     the save into `out` as the step's number calls for them; Ctrl-C saves the last step done. Each step's
     metrics, and each validation's, go to run["log"], which each save writes as train_log.jsonl.
     run: set_up's; config: the run's flags, saved with it. -> 0, or 130 after Ctrl-C. A step that diverges
-    (Diverged) saves the steps done before it and is a UserError naming the step and the likely flag."""
+    (Diverged) saves the steps done before it and is a UserError naming the step and the likely flag.
+    parallel: one rank's part of a run on many processes (data_parallel.parallel's: its "step", "validation",
+    "save" and "steps" in place of these, "waits" in place of ctrl_c_waits, "speaks" on rank 0 alone, and
+    "logged", more for each step's line); None: this process alone."""
     params, hparams, encoder, state, recipe, lora = (run[k] for k in ("params", "hparams", "encoder", "state",
                                                                        "recipe", "lora"))
     steps, first, train_data = recipe["steps"], state["step"], run["train_data"]
@@ -812,31 +818,34 @@ def train(run, out, config, quiet=False):
     start_ids = [] if encoder.eot is not None else train_data["rows"][:1].tolist()  # a sample starts after it
     tokens = recipe["batch_size"] * recipe["accum"] * recipe["context"]  # a step's
     bar, buffers = progress(steps, "step", initial=first, quiet=quiet), {}  # buffers: a step's big arrays, made once
+    many = parallel or {"step": train_step, "validation": validation, "save": save, "steps": range,
+                        "waits": ctrl_c_waits, "speaks": True, "logged": {}}
     try:
-        for step in range(first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
+        for step in many["steps"](first + 1, steps + 1):  # counted from 1, as the reports say; train_step's from 0
             start = time.perf_counter()
             # a save after Ctrl-C holds whole steps, so --resume is the same run; an overflow is Diverged's to say
-            with ctrl_c_waits(), np.errstate(over="ignore", invalid="ignore"):
-                metrics = train_step(params, hparams, state, train_data, step - 1, recipe, buffers,
-                                     run["trained"] if lora else None)
-                run["log"].append({"step": step, **metrics})
+            with many["waits"](), np.errstate(over="ignore", invalid="ignore"):
+                metrics = many["step"](params, hparams, state, train_data, step - 1, recipe, buffers,
+                                       run["trained"] if lora else None)
+                run["log"].append({"step": step, **metrics, **many["logged"]})
             bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
             bar.update(1)
             if step % recipe["eval_every"] == 0 or step == steps:
-                val = validation(params, hparams, run["val_data"], recipe)
+                val = many["validation"](params, hparams, run["val_data"], recipe)
                 if val:
                     run["log"].append({"step": step, **{f"val_{name}": value for name, value in val.items()}})
-                bar.write(report(step, metrics, val))
-            if samples and step % recipe["sample_every"] == 0:
+                if many["speaks"]:
+                    bar.write(report(step, metrics, val))
+            if samples and many["speaks"] and step % recipe["sample_every"] == 0:
                 bar.write(f"step {step} sample: {sample(params, hparams, encoder, recipe['seed'], start_ids)!r}")
             if step % recipe["save_every"] == 0 or step == steps:
-                save(out, run, config)
+                many["save"](out, run, config)
     except Diverged as e:
         bar.close()
         good = state["step"] > first and all(np.isfinite(a).all() for a in shapes.flatten(run["trained"]).values())
         saved = f"saved step {state['step']} in {out}" if good else "nothing new was saved"
         if good:  # the steps done before it, unless their weights are already infinite
-            save(out, run, config)
+            many["save"](out, run, config)
         likely = f"--lr {recipe['lr']:g}" + (f" or --beta {train_data['beta']:g}" if train_data["kind"] == "preference"
                                               else "")
         raise UserError(f"{e}; {saved}; the likely cause: {likely} too large") from None
@@ -845,7 +854,7 @@ def train(run, out, config, quiet=False):
         if state["step"] == first:
             print("\ninterrupted before a step was done: nothing new was saved", file=sys.stderr)
         else:
-            save(out, run, config)
+            many["save"](out, run, config)
             print(f"\ninterrupted: saved step {state['step']} in {out}; --resume continues", file=sys.stderr)
         return 130
     bar.close()
@@ -878,19 +887,22 @@ def sample(params, hparams, encoder, seed, start_ids=(), n_tokens=30):
     return encoder.decode(ids.tolist())
 
 
-def validation_loss(params, hparams, val_rows, context, batches=4, batch_size=4):
+def validation_loss(params, hparams, val_rows, context, batches=4, batch_size=4, share=(0, 1)):
     """The loss on held-out windows of a token stream, or instruction rows (over their responses):
-    the forward pass only."""
+    the forward pass only. share (rank, ranks): that rank's part, every ranks-th batch, as its part of the
+    mean (data_parallel.py)."""
     rng = np.random.default_rng(0)  # the same windows every time, so the numbers compare
     losses = []
-    for _ in range(batches):
+    for b in range(batches):
         x, y = (batch(val_rows, batch_size, context, rng) if isinstance(val_rows, np.ndarray) else
                 example_batch(val_rows, rng.integers(0, len(val_rows), batch_size)))
+        if b % share[1] != share[0]:
+            continue
         logits = gpt2(x, params, hparams)
         if (y == IGNORE).any():
             logits, y = logits[np.asarray(y != IGNORE, like=logits)], y[y != IGNORE]  # the mask where the logits are
         losses.append(next_token_loss(logits, y))
-    return float(np.mean(losses))
+    return float(np.sum(losses) / batches)
 
 
 # ============================================================================

@@ -71,7 +71,23 @@ for step in range(3):
     print(f"step {step + 1}:", {k: round(v, 4) for k, v in losses.items()})
 print("the latents' sum:", round(float(sae.encode(x, s).sum()), 4))
 """
-SCRIPTS = {"HEADS": HEADS, "ABLATE": ABLATE, "Q8_0": Q8_0, "SAE": SAE}
+DATA_PARALLEL = """import os, sys
+sys.path.insert(0, "tests")  # fake_comm: two ranks as two threads of this process; mpiexec -n 2 runs two processes
+import data_parallel, train
+from fake_comm import ranks
+from interface import loading
+model, text, out = sys.argv[-3:]
+os.makedirs(out, exist_ok=True)
+for zero in (0, 1):  # plain data parallelism (the gradients summed by the ring all-reduce), then ZeRO-1
+    def rank(comm):
+        recipe = train.recipe_with(steps=2, batch_size=2, context=16, eval_every=2, sample_every=2, save_every=2)
+        run = train.set_up(os.path.join(out, str(zero)), recipe, [text], base=lambda: loading.fetch_model(model),
+                           quiet=True)
+        train.train(run, os.path.join(out, str(zero)), {}, quiet=True, parallel=data_parallel.parallel(comm, run, zero))
+    print(f"two ranks, --zero {zero}:")
+    ranks(2, rank)
+"""
+SCRIPTS = {"HEADS": HEADS, "ABLATE": ABLATE, "Q8_0": Q8_0, "SAE": SAE, "DATA_PARALLEL": DATA_PARALLEL}
 # What a program cell runs for each of handout.WHERE's programs: python's arguments, in the handout's
 # folder, MODEL the handout's model, OUT a new folder, TEXT the first lines of data/tinyshakespeare.txt,
 # LAMBADA five of its lines as lambada's JSON lines, PAIRS instruction pairs made of its words. Each
@@ -82,6 +98,7 @@ COMMANDS = {
     "ablate": ["-c", "ABLATE", "MODEL"],
     "q8_0": ["-c", "Q8_0", "MODEL", "OUT"],
     "sae": ["-c", "SAE", "MODEL", "TEXT"],
+    "data_parallel": ["-c", "DATA_PARALLEL", "MODEL", "TEXT", "OUT"],
     "lambada": ["evaluate.py", "lambada", "LAMBADA", "--model", "MODEL", "--quiet"],
     "instruction": ["train.py", "--data", "PAIRS", *TRAIN],
     "generate": ["gpt2_numpy.py", "--model", "MODEL", "--seed", "1", "--top-k", "20", "--top-p", "0.9",

@@ -17,6 +17,7 @@ mistake (one line on stderr, before any work where it can be), 130 interrupted: 
 done first, whole; nothing else is written unless the command ends well.
 """
 import argparse
+import contextlib
 import html
 import io
 import json
@@ -26,11 +27,12 @@ import sys
 
 import numpy as np
 
+import data_parallel
 import sae as S
 from interface import loading
 from interface.options import (CENTRED_HELP, FOLD_LN_HELP, array_module, at_least, check_page_folder, device_flag,
                                folded, model_flags, number, on_device, restore_flags, threads_flag, user_message)
-from plumbing import device, sae_files
+from plumbing import device, mpi, sae_files
 from plumbing.errors import (Terminated, UserError, ctrl_c_waits, exit_status, fail, given_flags, plural, read_json,
                              read_text)
 from plumbing.folders import check_new_folder, write_page
@@ -55,7 +57,7 @@ def common(p, data=True):
         p.add_argument("--data", required=True, metavar="FILE", help="a UTF-8 text")
 
 
-NOT_SAVED = ("command", "out", "resume", "quiet", "json", "threads", "base_url", "models_dir", "given")
+NOT_SAVED = ("command", "out", "resume", "quiet", "json", "threads", "base_url", "models_dir", "given", "comm")
 FIXED = ("architecture", "site", "site_out", "skip_transcoder", "d_sae", "init", "data", "activations", "seed",
          "context", "batch_tokens", "normalize_activations", "model", "center_writing_weights")  # a resumed run is the same run: these stay
 MOST_STEPS = 10 ** 9  # train.py's most micro-batches: no run finishes more
@@ -258,7 +260,9 @@ def resumed_flags(args):
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    comm = mpi.world() if argv is None else None  # MPI's, when mpiexec started several processes: train shares
+    args = parse_args(sys.argv[1:] if argv is None else argv)  # each batch among them (data_parallel.py)
+    args.comm = comm
     return exit_status(lambda: COMMANDS[args.command](args), user_message)
 
 
@@ -440,24 +444,32 @@ def check_memory(args, d_in, d_sae, d_out=0):
 
 
 def train(args):
-    encoder, hparams, params, hooks = model(args)
-    if args.resume and args.resumed_note:
-        print(args.resumed_note, file=sys.stderr)
-    sae, settings, topk_threshold = starting_sae(args, hparams)
-    site, d_in, d_sae = S.hook_name(sae), sae["cfg"]["d_in"], sae["cfg"]["d_sae"]
-    site_out = sae["cfg"]["metadata"].get("hook_name_out")  # a transcoder's
-    d_out = sae["cfg"]["d_out"] if site_out else 0
-    check_memory(args, d_in, d_sae, d_out)
-    steps = args.tokens // args.batch_tokens
-    data_tokens = args.data_tokens or steps * args.batch_tokens  # a resumed run reads the first run's data
-    x = training_data(args, encoder, params, hparams, hooks, site, d_in, data_tokens, site_out, d_out)
-    if len(x) < 1:
-        raise UserError("gives no activations to train on", path=args.data or args.activations)
-    state, log = S.new_training_state(sae), []
-    state["topk_threshold"] = topk_threshold
-    factor = S.scaling_factor(np.asarray(x)) if args.normalize_activations == "expected_average_only_in" else None
-    if args.resume:
-        factor, log = resumed_state(args.out, sae, state)
+    comm = getattr(args, "comm", None)  # several processes: each a part of every batch (data_parallel.py)
+    with data_parallel.agreed(comm):
+        if comm and args.batch_tokens % comm.Get_size():
+            raise UserError(f"{comm.Get_size()} processes cannot share --batch-tokens {args.batch_tokens}: choose a "
+                            "number of processes that divides it")
+        encoder, hparams, params, hooks = model(args)
+        if comm and device.on_device(params["wte"]):
+            raise UserError("--device gpu on several processes is not written yet (docs/parallel.md): train on the "
+                            "CPUs, or on one GPU without mpiexec")
+        if args.resume and args.resumed_note:
+            print(args.resumed_note, file=sys.stderr)
+        sae, settings, topk_threshold = starting_sae(args, hparams)
+        site, d_in, d_sae = S.hook_name(sae), sae["cfg"]["d_in"], sae["cfg"]["d_sae"]
+        site_out = sae["cfg"]["metadata"].get("hook_name_out")  # a transcoder's
+        d_out = sae["cfg"]["d_out"] if site_out else 0
+        check_memory(args, d_in, d_sae, d_out)
+        steps = args.tokens // args.batch_tokens
+        data_tokens = args.data_tokens or steps * args.batch_tokens  # a resumed run reads the first run's data
+        x = training_data(args, encoder, params, hparams, hooks, site, d_in, data_tokens, site_out, d_out)
+        if len(x) < 1:
+            raise UserError("gives no activations to train on", path=args.data or args.activations)
+        state, log = S.new_training_state(sae), []
+        state["topk_threshold"] = topk_threshold
+        factor = S.scaling_factor(np.asarray(x)) if args.normalize_activations == "expected_average_only_in" else None
+        if args.resume:
+            factor, log = resumed_state(args.out, sae, state)
     if state["step"] >= steps:
         print(f"{args.out}: already trained for {plural(state['step'], 'step')}, nothing to do (a larger --tokens "
               "goes on)")
@@ -472,17 +484,24 @@ def train(args):
                   f"{steps:,} steps of {args.batch_tokens:,}" + (f", from step {first:,}" if first else ""),
                   file=sys.stderr, flush=True)
         with meter(args, steps, "step", initial=first) as bar:
-            for step in range(first, steps):
+            for step in range(first, steps) if comm is None else data_parallel.steps_together(comm, first, steps):
                 at = (np.arange(args.batch_tokens) + step * args.batch_tokens) % len(x)  # round again if short
+                if comm is not None:  # this rank's contiguous part of the batch
+                    at = at[slice(*data_parallel.share(len(at), comm.Get_size(), comm.Get_rank()))]
                 batch = np.asarray(x[at], dtype=np.float32)
                 if factor is not None:
                     batch *= np.float32(factor)
                 coefficient = step_coefficient(settings, step)
-                # a step is done whole, and logged, or not begun; an overflow is Diverged's to say, in one line
-                with ctrl_c_waits(), np.errstate(over="ignore", invalid="ignore"):
-                    losses = S.training_step(batch[:, :d_in], sae, state, args.lr, settings, coefficient,
-                                             target=batch[:, d_in:] if d_out else None)
-                    log.append({"step": step, **losses, "coefficient": coefficient, "lr": args.lr})
+                # a step is done whole, and logged, or not begun (several processes: data_parallel's steps); an
+                # overflow is Diverged's to say, in one line
+                target = batch[:, d_in:] if d_out else None
+                with ctrl_c_waits() if comm is None else contextlib.nullcontext(), \
+                        np.errstate(over="ignore", invalid="ignore"):
+                    losses = (S.training_step(batch[:, :d_in], sae, state, args.lr, settings, coefficient, target)
+                              if comm is None else data_parallel.sae_step(comm, batch[:, :d_in], sae, state, args.lr,
+                                                                          settings, coefficient, target))
+                    log.append({"step": step, **losses, "coefficient": coefficient, "lr": args.lr}
+                               | ({"ranks": comm.Get_size()} if comm else {}))
                 bar.set_postfix(mse=f"{losses['mse_loss']:.4g}", loss=f"{losses['loss']:.4g}",
                                 l0=f"{losses['l0']:.1f}")
                 bar.update()
@@ -491,14 +510,15 @@ def train(args):
         if state["step"] == first:
             print(f"\n{what} before a step was done: nothing {'new ' if first else ''}was saved", file=sys.stderr)
         else:
-            save(args.out, sae, settings, state, factor, log, config)
+            data_parallel.said_once(comm, lambda: save(args.out, sae, settings, state, factor, log, config))
             print(f"\n{what}: saved step {state['step']} in {args.out}; --resume continues", file=sys.stderr)
         return 130
     except (S.Diverged, S.NoAuxK) as e:
         raise refused_step(e, args, first, state,
                            lambda: S.inference_sae(sae, settings, state["topk_threshold"], factor),
-                           lambda: save(args.out, sae, settings, state, factor, log, config)) from None
-    save(args.out, sae, settings, state, factor, log, config)
+                           lambda: data_parallel.said_once(comm, lambda: save(args.out, sae, settings, state, factor,
+                                                                              log, config))) from None
+    data_parallel.said_once(comm, lambda: save(args.out, sae, settings, state, factor, log, config))
     if args.json:
         print(json.dumps({"out": args.out, "steps": len(log), "tokens": len(log) * args.batch_tokens,
                           "last": log[-1] if log else None}))

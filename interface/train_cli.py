@@ -5,13 +5,15 @@
     python train.py --out models/notes-124M --resume --steps 400             go on with a saved run
     python train.py --model 1558M --data notes.txt --out models/n --lora-rank 8  LoRA: adapters on frozen weights
     python train.py --model 124M --data prefs.jsonl --out models/d --beta 0.1    DPO on preference pairs
+    mpiexec -n 2 python train.py ... [--zero 1]       the same run on two processes (data_parallel.py)
 
 Most flags are train.py's tables (RECIPE, NEW_MODEL, LORA), their defaults and help with them. The
 command line checks them, finds the model by name (a released size, a folder, hf:owner/name: fetched
 here, and a released size checked against the run before its download), then hands over to
 train.set_up, which says where the weights and state come from, and train.train, the loop.
 Exit status: 0 done, 2 a user's mistake (one line on stderr), 130 interrupted (Ctrl-C or
-SIGTERM: in the loop, it first saves the steps done).
+SIGTERM: in the loop, it first saves the steps done). Under mpiexec, rank 0 says the line, and a
+mistake any rank finds during the set-up stops every rank (data_parallel.agreed).
 """
 import argparse
 import os
@@ -20,17 +22,19 @@ import tempfile
 
 import numpy as np
 
+import data_parallel
 import dpo
 import train
 from interface import loading
 from interface.options import array_module, at_least, device_flag, model_flags, number, restore_flags, threads_flag
-from plumbing import corpus, shapes
+from plumbing import corpus, mpi, shapes
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural, read_json
 from plumbing.folders import check_new_folder, in_models_folder
 from plumbing.memory import available_memory
 
 FROM_SCRATCH = "from scratch"  # train_config.json's "model" for a run that began from nothing
-NOT_SAVED = ("out", "resume", "quiet", "base_url", "device")  # every other flag is the run's; any device resumes it
+NOT_SAVED = ("out", "resume", "quiet", "base_url", "device", "zero", "bucket_mb")  # the rest are the run's; any
+# device, and any number of processes, resumes it
 LORA_FLAGS = tuple(f"lora_{name}" for name in train.LORA)  # a resumed run keeps them: its adapters are their shape
 DPO_FLAGS = ("beta", "dpo_loss", "reference")  # preference data's alone
 # A billion micro-batches (--steps times --accum) is more than any run finishes: the smallest model there
@@ -93,6 +97,10 @@ def parser():
                                                         "in a log)")
     threads_flag(p)
     device_flag(p)
+    p.add_argument("--zero", type=at_least(0), default=0, metavar="STAGE", help="under mpiexec: 1 cuts each tensor's "
+                   "AdamW moments in a slice for each process (ZeRO stage 1, docs/parallel.md); 0: each holds them all")
+    p.add_argument("--bucket-mb", type=at_least(1), default=data_parallel.BUCKET_MB, help="under mpiexec: the "
+                   "gradients are summed across the processes in buckets of about this many MB")
     p.error = fail
     return p
 
@@ -140,6 +148,8 @@ def check_flags(args):
              f"β σ(-β δ) / P, is float32), got {args.beta:g}")
     if args.dpo_loss is not None and args.dpo_loss not in dpo.LOSSES:
         fail(f"--dpo-loss: no loss {args.dpo_loss!r}: choose from {', '.join(dpo.LOSSES)}")
+    if args.zero > 1:
+        fail(f"--zero {args.zero}: ZeRO stage 1 (AdamW's moments in slices) is the one here: choose 0 or 1")
 
 
 def check_preference_flags(args):
@@ -227,34 +237,39 @@ def fetched_model(args, recipe, lora):
     return loading.fetch_model(args.model, args.models_dir, args.base_url, quiet=args.quiet)
 
 
-def run(args):
+def run(args, comm=None):
     with in_models_folder(args.out, args.models_dir):  # --out models/baby on a fresh clone
-        return run_in(args)
+        return run_in(args, comm)
 
 
-def run_in(args):
-    xp = array_module(args)  # numpy, or cupy once a GPU has answered: before any work
-    check_out(args.out, args.resume)
-    if args.resume:
-        note = resumed_flags(args, read_json(os.path.join(args.out, train.CONFIG_FILE)))
-        if note:
-            print(note, file=sys.stderr)
-    check_preference_flags(args)
+def run_in(args, comm=None):
+    """The run; comm: MPI's, when mpiexec started several processes (plumbing/mpi.py), this one a rank of it."""
+    with data_parallel.agreed(comm):  # a mistake any rank finds stops every rank (data_parallel.py)
+        xp = array_module(args)  # numpy, or cupy once a GPU has answered: before any work
+        check_out(args.out, args.resume)
+        if args.resume:
+            note = resumed_flags(args, read_json(os.path.join(args.out, train.CONFIG_FILE)))
+            if note:
+                print(note, file=sys.stderr)
+        check_preference_flags(args)
+        check_ranks(args, comm, xp)
     recipe = train.recipe_with(**{name: getattr(args, name) for name in train.RECIPE})
     lora = {"rank": args.lora_rank, "alpha": args.lora_alpha, "targets": args.lora_targets.split(","),
             "base": args.model} if args.lora_rank else None
     new = {name: getattr(args, name) for name in train.NEW_MODEL} if args.from_scratch else None
     # a learned vocabulary waits here, beside --out, until each save copies it in
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out)), prefix=".vocab-") as scratch:
-        ready = train.set_up(args.out, recipe, [args.data] if args.data else None,
-                             base=lambda: fetched_model(args, recipe, lora), new=new, lora=lora, resume=args.resume,
-                             vocab_dir=os.path.join(scratch, "vocab"), quiet=args.quiet,
-                             preference=preference_settings(args), xp=xp)
+        with data_parallel.agreed(comm):
+            ready = train.set_up(args.out, recipe, [args.data] if args.data else None,
+                                 base=lambda: fetched_model(args, recipe, lora), new=new, lora=lora,
+                                 resume=args.resume, vocab_dir=os.path.join(scratch, "vocab"), quiet=args.quiet,
+                                 preference=preference_settings(args), xp=xp)
         if ready["state"]["step"] >= recipe["steps"]:
             print(f"{args.out}: already trained for {plural(ready['state']['step'], 'step')}, nothing to do (a larger "
                   "--steps goes on)")
             return 0
-        code = train.train(ready, args.out, saved_flags(args, ready), quiet=args.quiet)
+        parallel = comm and data_parallel.parallel(comm, ready, args.zero, args.bucket_mb)
+        code = train.train(ready, args.out, saved_flags(args, ready), quiet=args.quiet, parallel=parallel)
     if code == 0 and ready["train_data"]["kind"] == "labelled":
         print(f"{args.out}: trained to step {args.steps}; classify with python evaluate.py classify FILE --model "
               f"{args.out}")
@@ -272,6 +287,22 @@ def preference_settings(args):
     return {k: v for k, v in given.items() if v is not None}
 
 
+def check_ranks(args, comm, xp):
+    """Under mpiexec, each step's windows are cut among the processes: their number must divide them; the
+    arrays stay on the CPU (docs/parallel.md: GPUs are a design); --zero 1 needs processes to cut among."""
+    windows = args.batch_size * args.accum
+    if comm is None and args.zero:
+        raise UserError(f"--zero {args.zero} cuts AdamW's moments among processes: run it under mpiexec -n N, N > 1 "
+                        "(docs/parallel.md)")
+    if comm is not None and xp is not np:
+        raise UserError("--device gpu on several processes is not written yet (docs/parallel.md says how it would "
+                        "be): train on the CPUs, or on one GPU without mpiexec")
+    if comm is not None and windows % comm.Get_size():
+        raise UserError(f"{comm.Get_size()} processes cannot share a step's {windows} windows (--batch-size "
+                        f"{args.batch_size} times --accum {args.accum}): choose a number that divides them")
+
+
 def main(argv=None):
+    comm = mpi.world() if argv is None else None  # MPI's, when mpiexec started several processes
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return exit_status(lambda: run(args))  # Ctrl-C in the loop saves first; before it, it is one line
+    return exit_status(lambda: run(args, comm))  # Ctrl-C in the loop saves first; before it, it is one line

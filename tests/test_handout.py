@@ -16,6 +16,7 @@ import pytest
 
 from conftest import HERE, ROOT
 import handout
+from interface import notebook
 from plumbing import classifier_files
 
 
@@ -400,6 +401,7 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "probe": ["lens.py", "probe", "--model", "model", "--data", os.path.join("data", "speakers.jsonl"), "--site",
               "blocks.1.hook_resid_pre", "--position", "mean", "--method", "logistic", "--out", "trained", "--json",
               "--quiet"],
+    "data_parallel": ["-c", notebook.DATA_PARALLEL, "model", "notes.txt", "trained"],  # two ranks as two threads
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {
@@ -610,6 +612,8 @@ def body_of_source(source, function):
 
 # the threshold's gradient with its sign lost: the estimator pushes θ the wrong way
 WRONG["jumprelu_backward"] = body_of("sae.py", "jumprelu_backward").replace("-ste.sum(0)", "ste.sum(0)")
+# the chunk that comes in written over the rank's own, not added: each rank's gradient is half the sum
+WRONG["ring_allreduce"] = body_of("data_parallel.py", "ring_allreduce").replace("part += received", "part[...] = received")
 # the weights without σ(-β δ): every pair pulled alike, however well the model already ranks it
 WRONG["dpo_loss"] = body_of("dpo.py", "dpo_loss").replace("pull = beta * sigmoid(-beta * delta) / P",
                                                           "pull = np.full(P, beta / P)")

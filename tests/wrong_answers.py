@@ -130,6 +130,17 @@ WRONG_ANSWERS = {  # function: [(body, or (old, new) in the right body), what is
     "l1_loss": [("return float(l1_coefficient * np.abs(f).sum(-1).mean())", "the decoder's norms forgotten")],
     "sae_backward": [(('    grads["b_dec"] -= grads["b_enc"] @ sae["W_enc"].T', '    pass'),
                       "b_dec's path through the encoder forgotten")],
+    "ring_allreduce": [(("part += received[:part.size]", "part[...] = received[:part.size]"),
+                        "the chunk that comes in written over the rank's own, not added to it"),
+                       (("recvbuf=chunk(rank - s), source=left", "recvbuf=chunk(rank + 1 - s), source=left"),
+                        "the all-gather receives into the chunk it sends: each rank keeps one chunk summed")],
+    "bucket_slices": [(("start, stop = share(n, parts, part)",
+                        "start, stop = n // parts * part, n // parts * (part + 1)"),
+                       "slices n // parts long: the last n % parts elements of a tensor belong to no rank"),
+                      ("layout = []\nfor part in range(parts):\n    layout.append([])\n    offset = 0\n"
+                       "    for n in sizes:\n        start, stop = share(n, parts, part)\n"
+                       "        layout[-1].append((start, stop, offset + start))\n        offset += n\nreturn layout",
+                       "each slice where it lies among whole tensors: a reduce-scatter hands a rank other elements")],
     "dpo_loss": [(("rewards[:P] > rewards[P:]", "rewards[:P] >= rewards[P:]"), "a tie counted as right"),
                  (("pull = beta * sigmoid(-beta * delta) / P", "pull = beta * sigmoid(beta * delta) / P"),
                   "σ(β δ): the pairs already right pulled hardest")],
