@@ -308,3 +308,27 @@ def test_an_sae_on_two_ranks_is_the_one_process_trainer(arch):
     for k in S.trained(one):
         np.testing.assert_allclose(sae[k], one[k], rtol=1e-5, atol=1e-6)
         assert np.array_equal(sae[k], other[k])
+
+
+def test_a_skip_transcoder_on_two_ranks_is_the_one_process_trainer():
+    """A transcoder's target travels with its input: each rank rebuilds its own rows' targets, and the step is
+    the single process's (W_skip trained too)."""
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal((32, 16)).astype(np.float32) for _ in range(2))
+    settings = {"architecture": "standard", **S.TRAINING_DEFAULTS["standard"]}
+    start = S.new_transcoder(16, 16, 40, settings, seed=0, skip=True)
+    one, state = copy.deepcopy(start), S.new_training_state(start)
+    alone = [S.training_step(x, one, state, 1e-2, settings, 0.1, target=y) for _ in range(3)]
+
+    def work(comm):
+        sae, mine = copy.deepcopy(start), S.new_training_state(start)
+        part = slice(*data_parallel.share(len(x), comm.Get_size(), comm.Get_rank()))
+        return [data_parallel.sae_step(comm, x[part], sae, mine, 1e-2, settings, 0.1, y[part]) for _ in range(3)], sae
+
+    (together, sae), (_, other) = ranks(2, work)
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose([a[k] for k in b], [b[k] for k in b], rtol=1e-6, atol=1e-6)
+    assert np.abs(one["W_skip"]).max() > 0
+    for k in S.trained(one):
+        np.testing.assert_allclose(sae[k], one[k], rtol=1e-5, atol=1e-6)
+        assert np.array_equal(sae[k], other[k])
