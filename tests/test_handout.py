@@ -686,8 +686,8 @@ def right_groups():
     is the group's edits and its own (TWINS rewrites nothing more, and nothing less: no function of one is a
     form another's handout rewrites). A fast twin (NAME_fast) made a call to the plain form computes what it
     did, so the group's programs print what the whole project prints (exact); an exercise whose handout
-    rewrites another form (log_softmax, gelu_backward: the same function by another route, within float32's
-    rounding) has a handout of its own."""
+    rewrites another form (log_softmax, gelu_backward, topk_mask: the same function by another route, gelu's
+    derivative within float32's rounding) has a handout of its own."""
     groups = []
     for n in handout.EXERCISES:
         own = {function for _, function in handout.functions(n)}
@@ -716,7 +716,7 @@ def readmes_class():
 def right_handouts(tmp_path_factory):
     """Each group of right_groups in a handout (written right), its exercises' tests run there and every program
     that calls one of its exercises; and the README's example class, written right, trained.
-    {tuple(numbers): (exact, folder, the tests' run, {where: run})}, {"readme": run}"""
+    -> ({tuple(numbers): (exact, folder, the tests' run, {where: run})}, the README's class's training run)"""
     def write_and_run(item):
         exact, numbers = item
         folder = project_copy(str(tmp_path_factory.mktemp("right") / "class"), numbers,
