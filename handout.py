@@ -6,10 +6,10 @@
     python handout.py class/ 1 9 --notebook   # and class/exercises.ipynb: a check and a program cell each
     python handout.py --progress class/ ...   # the teacher's view: done, failing, not started
 
-The copy holds what git tracks (a .venv and the models stay behind: the message says where).
-In the copy, each chosen function keeps its signature and docstring, and its body is
-`raise NotImplementedError("exercise N: ...")`. The student writes it and runs the
-exercise's tests, in the copy, with the README's one command:
+The copy holds what git tracks (a .venv and the models stay behind: the message says where), but the
+teacher's answers and bench/ (LEFT_BEHIND). In the copy, each chosen function keeps its signature and
+docstring, and its body is `raise NotImplementedError("exercise N: ...")`. The student writes it and
+runs the exercise's tests, in the copy, with the README's one command:
 
     python -m pytest -q -k NAME
 
@@ -21,8 +21,9 @@ exercises each program needs done before it runs.
 tests/test_handout.py blanks each exercise in turn and checks that its tests then fail,
 naming the exercise, and pass with the project's own body written in; and that the program then
 stops, prints something else when the function is written wrong, and prints what the whole
-project prints when it is written right. tests/test_handout_leaks.py checks that no other line of
-the copy gives a blanked exercise away (TWINS also rewrites the forms that would).
+project prints when it is written right (and every program it is on the path of runs).
+tests/test_handout_leaks.py checks that nothing else the copy holds gives a blanked exercise away
+(TWINS also rewrites the forms that would).
 
 The exercises are numbered in a course's order: the tokenizer, the data, the model, loading it,
 training it, evaluating and decoding, fine-tuning, then looking inside (docs/exercises.md maps them
@@ -34,6 +35,7 @@ if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are o
     start("handout_cli")  # the command line (--list, or a copy with exercises to do)
 
 import ast
+import fnmatch
 import json
 import os
 import shutil
@@ -277,7 +279,7 @@ NEEDS = {"generate": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15), "params": (9, 10, 1
          "patch": (1, 4, 5, 6, 7, 8, 14, 15, 39, 40), "dla": (1, 4, 5, 6, 7, 8, 14, 15, 39, 41),
          "attribution": (1, 4, 5, 6, 7, 8, 14, 15, 18, 19, 20, 39, 42),
          "classify": (1, 4, 5, 6, 7, 8, 13, 14, 15, 31), "q8_0": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 35),
-         "sae": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 43, 44, 45), "topk": (43, 46),
+         "sae": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 43, 44, 45), "topk": (1, 4, 5, 6, 7, 8, 14, 15, 43, 46),
          "sae_jumprelu": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 47),
          "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48),
          "data_parallel": (1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 23, 24, 25, 49, 50),
@@ -302,7 +304,7 @@ TWINS = {
         "loss = cross_entropy(logits, targets)[0]\nlogits[...] = cross_entropy_backward(logits, targets)\nreturn loss"),
     ("optimizer.py", "adamw_step_fast"): (
         ("adamw_update", "adamw_step"),
-        "for g in shapes.flatten(grads).values():\n    g *= grad_scale\n"
+        "for g in shapes.flatten(grads).values():\n    np.multiply(g, grad_scale, out=g)\n"
         "adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)"),
     ("evaluate.py", "rolling_windows_fast"): (("rolling_windows",),
                                               "yield from rolling_windows(ids, prefix_id, context, stride)"),
@@ -311,11 +313,18 @@ TWINS = {
     # Not twins, but forms that would give a blanked function's answer away (tests/test_handout_leaks.py):
     # in a handout they too run the student's function. log_softmax shows softmax's max subtraction;
     # gelu_backward spells out gelu's tanh form, so it becomes the derivative of the student's gelu, by
-    # central differences in float64 (within float32's rounding of the exact one).
+    # central differences in float64 (within float32's rounding of the exact one); topk_mask makes TopK's
+    # choice (np.where(topk_mask(h, k), ...) would be topk_relu), so it asks the student's topk_relu, of h
+    # shifted above 0 in float64 (the same order; -inf, AuxK's living latents, stays out).
     ("gpt2_numpy.py", "log_softmax"): (("softmax",), "return np.log(softmax(x))"),
     ("backward.py", "gelu_backward"): (
-        ("gelu",), "x64, h = x.astype(np.float64), 1e-4\n"
+        ("gelu",), "from gpt2_numpy import gelu  # the student's: backward.py's own lines never call it\n"
+                   "x64, h = x.astype(np.float64), 1e-4\n"
                    "return (dy * ((gelu(x64 + h) - gelu(x64 - h)) / (2 * h))).astype(np.result_type(x, dy))"),
+    ("sae.py", "topk_mask"): (
+        ("topk_relu",), "if k <= 0 or k >= h.shape[-1]:\n    return np.full(h.shape, k > 0)\n"
+                        "h64 = h.astype(np.float64)\nfinite = h64 > -np.inf\n"
+                        "return topk_relu(np.where(finite, h64 - h64[finite].min() + 1.0, 0.0), k) > 0"),
 }
 
 
@@ -362,21 +371,37 @@ def tracked_files(root):
 
 # Not a git checkout (a zip, a handout's own copy): everything but these, and any virtual environment.
 SKIP = shutil.ignore_patterns(".git", "models", "out", "__pycache__", ".pytest_cache", "*.part", RECORD, NOTEBOOK)
+# Left behind too, as the models are: the teacher's answers (tests/wrong_answers.py's wrong answers, each
+# beside the right one's line; handout.py's own tests, which write every exercise right and wrong) and bench/,
+# which measures the exercises' functions against other forms of them (bench_topk.py's TopK by a sort).
+LEFT_BEHIND = ("tests/wrong_answers.py", "tests/test_handout*", "bench/*")
+
+
+def left_behind(path):
+    """Whether a handout leaves out this file or folder (its path relative to the project)."""
+    path = path.replace(os.sep, "/")
+    return any(fnmatch.fnmatch(p, pattern) for p in (path, f"{path}/") for pattern in LEFT_BEHIND)
+
+
+def handout_files(root, leave_out=()):
+    """The files a handout of the project at root holds, relative to it: those git tracks (so a .venv,
+    models/ and a class's copies stay behind), else every file but SKIP's and virtual environments'; and
+    neither LEFT_BEHIND's. leave_out: absolute paths the copy without git leaves out (the copy itself,
+    when it lies inside root: git tracks nothing in it, new or empty)."""
+    files = tracked_files(root)
+    if files is None:
+        files = []
+        for folder, names, found in os.walk(root):
+            skip = SKIP(folder, names + found)
+            names[:] = [n for n in names if n not in skip and os.path.abspath(os.path.join(folder, n)) not in leave_out
+                        and not os.path.isfile(os.path.join(folder, n, "pyvenv.cfg"))]
+            files += [os.path.relpath(os.path.join(folder, n), root) for n in found if n not in skip]
+    return sorted(f for f in files if not left_behind(f))
 
 
 def copy_project(root, to, leave_out):
-    """Copy the project at root into the folder `to`: the files git tracks (so a .venv, models/ and
-    a class's copies stay behind), else every file but SKIP's and virtual environments'. leave_out:
-    absolute paths the copy without git leaves out (the copy itself, when it lies inside root)."""
-    files = tracked_files(root)
-    if files is None:
-        def ignore(folder, names):
-            return set(SKIP(folder, names)) | {n for n in names if os.path.abspath(os.path.join(folder, n)) in leave_out
-                                               or os.path.isfile(os.path.join(folder, n, "pyvenv.cfg"))}
-
-        shutil.copytree(root, to, ignore=ignore, dirs_exist_ok=True)
-        return
-    for f in files:  # none lies in leave_out: the copy's folder is new or empty, so git tracks nothing in it
+    """Copy handout_files(root, leave_out) into the folder `to`."""
+    for f in handout_files(root, leave_out):
         os.makedirs(os.path.dirname(os.path.join(to, f)), exist_ok=True)
         shutil.copy2(os.path.join(root, f), os.path.join(to, f), follow_symlinks=False)
 

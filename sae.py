@@ -38,7 +38,7 @@ import numpy as np
 
 from gpt2_numpy import checked_ids, gpt2_hidden, log_softmax
 from look_inside import activation_shapes, check_names, model_hook, run_with_hooks
-from optimizer import adamw_update, clip_scale
+from optimizer import adamw_update, clip_scale, grad_norm
 from plumbing.errors import UserError, plural
 
 PARAMS = ("W_enc", "b_enc", "W_dec", "b_dec")  # SAELens's tensor names, in sae_weights.safetensors
@@ -272,7 +272,7 @@ def new_adam_state(sae):
 def adam_step(sae, grads, state, lr, max_norm=1.0, beta1=0.9, beta2=0.999):
     """SAELens's trainer's update: the gradients clipped to a global norm of max_norm (torch's clip_grad_norm_),
     then torch's Adam (optimizer.adamw_update without weight decay), in place. -> the norm before clipping"""
-    norm = math.sqrt(sum(float(np.vdot(grads[k], grads[k])) for k in grads))
+    norm = grad_norm({"blocks": [grads]})  # optimizer's global norm, the SAE's tensors as one block's
     scale = clip_scale(norm, max_norm)
     state["step"] += 1
     for k in grads:

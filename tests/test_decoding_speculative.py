@@ -1,6 +1,7 @@
 """Speculative decoding (decoding.py, part B): exact at greedy, exact in distribution, and the
 caches it rewinds. The models are the committed real-TensorFlow checkpoints: 'odd' (96 ids) and its
 perturbed copies as drafts, and 'tiny' (GPT-2's 50,257 ids) for the command line."""
+import collections
 import json
 import math
 import os
@@ -176,11 +177,11 @@ def test_the_first_tokens_have_the_models_distribution(odd, draft, n_runs):
     prompt = [42, 68, 62, 8, 68, 68, 8, 68] if draft == "lookup" else PROMPT  # lookup drafts 68 8: p about 1/2 each
     sampling = dict(temperature=1.0, top_k=3)
     want = first_tokens_distribution(params, hp, prompt, 3, sampling)
-    seen, counts = {}, {}
+    seen, counts = collections.Counter(), {}
     for seed in range(n_runs):
         got = tuple(tokens(drafted(prompt, params, hp, 3, seed=seed, draft=odd[draft], draft_tokens=4,
                                       counts=counts, **sampling)))
-        seen[got] = seen.get(got, 0) + 1
+        seen[got] += 1
         assert got in want
     expected = {x: n_runs * p for x, p in want.items()}
     big = [x for x in want if expected[x] >= 5]

@@ -118,23 +118,6 @@ def test_a_blanked_exercise_fails_its_tests_naming_the_exercise(blanked_runs, nu
         assert body == f"raise NotImplementedError({message!r})", body
 
 
-def test_every_exercise_written_right_in_its_handout_passes(tmp_path):
-    """Every exercise as a student meets it: blanked in a handout (its fast twins rewritten to call it), then
-    written with the project's own body: its tests pass. (Issue 45: rolling_windows_fast handed the test the
-    student's lists, and the test called .tolist() on them.) Every exercise at once, each twin rewritten."""
-    right = {function: body_of(file, function) for n in handout.EXERCISES for file, function in handout.functions(n)}
-    folder = handout.write_handout(str(tmp_path / "class"), list(handout.EXERCISES), bodies=right)
-    for (file, twin), (plains, body) in handout.TWINS.items():
-        if not set(plains) & set(right) or twin in right:  # a twin that is itself an exercise is the student's
-            continue
-        with open(os.path.join(folder, file), encoding="utf-8") as f:
-            assert body_of_source(f.read(), twin) == body  # the program runs the student's function
-    tests = [t for n in handout.EXERCISES for t in handout.tests(n)]
-    r = run_tests(folder, tests)
-    assert r.returncode == 0, r.stdout[-2000:]
-    assert re.search(r"^\d+ passed", r.stdout.splitlines()[-1])
-
-
 def test_a_handout_stopped_half_way_leaves_no_half_copy(tmp_path, monkeypatch):
     """Ctrl-C (or SIGTERM, raised the same way) after the copy, while the exercises are blanked: nothing is left,
     neither class/ nor its hidden .writing-* folder; an empty class/ that was there stays as it was."""
@@ -203,8 +186,11 @@ def test_a_handout_inside_the_project_does_not_copy_itself(tmp_path):
 
 def small_project(folder):
     """A stand-in project (handout.py, a module and its test), with what a class folder also holds: a
-    virtual environment (.venv), another under a name of its own (env2), models and a scratch file."""
+    virtual environment (.venv), another under a name of its own (env2), models and a scratch file; and
+    what a handout leaves behind (LEFT_BEHIND): the teacher's answers, and bench/."""
     for name, text in [("handout.py", "# the program\n"), ("mod.py", "x = 1\n"), ("tests/test_mod.py", "pass\n"),
+                       ("tests/wrong_answers.py", "WRONG = {}\n"), ("tests/test_handout.py", "WRONG = {}\n"),
+                       ("tests/test_handout_leaks.py", "pass\n"), ("bench/bench_mod.py", "pass\n"),
                        (".venv/pyvenv.cfg", "home = /usr/bin\n"), (".venv/lib/big.py", "pass\n"),
                        ("env2/pyvenv.cfg", "home = /usr/bin\n"), ("models/124M/checkpoint", "w\n"),
                        ("scratch.txt", "mine\n")]:
@@ -224,12 +210,13 @@ def git(folder, *args):
 
 def test_a_handout_copies_what_git_tracks(tmp_path):
     """Issue 37: a .venv (167 MB of a 186 MB class folder), models and untracked files stay behind; a file
-    changed but not committed goes as it is now, one deleted does not."""
+    changed but not committed goes as it is now, one deleted does not. Issue 51: so do the teacher's answers
+    (tests/wrong_answers.py, handout.py's own tests) and bench/, tracked as they are."""
     project = small_project(str(tmp_path / "project"))
     with open(os.path.join(project, "gone.py"), "w", encoding="utf-8") as f:
         f.write("pass\n")
     git(project, "init", "-q")
-    git(project, "add", "handout.py", "mod.py", "tests/test_mod.py", "gone.py")
+    git(project, "add", "handout.py", "mod.py", "tests", "bench", "gone.py")
     os.remove(os.path.join(project, "gone.py"))
     with open(os.path.join(project, "mod.py"), "a", encoding="utf-8") as f:
         f.write("y = 2\n")
@@ -275,13 +262,12 @@ def test_the_readmes_handout_inside_the_project_leaves_its_tests_alone(tmp_path)
     (pytest.ini), not the copy's tests beside it ("import file mismatch"); and the copy runs its own."""
     project = tmp_path / "project"
     handout.write_handout(str(project), [])
-    before = collected(project)
     assert run_handout("class/", "1", "4", "9", root=str(project)).returncode == 0
-    after = collected(project)
-    assert after == before and before and all(t.startswith("tests/") for t in after)
-    assert collected(project, "-k", "test_gelu_is_the_tanh_approximation") == [
+    after = collected(project)  # the project's alone: each under tests/, once
+    assert after and all(t.startswith("tests/") for t in after) and len(set(after)) == len(after)
+    assert [t for t in after if "::test_gelu_is_the_tanh_approximation" in t] == [
         "tests/test_gpt2_numpy.py::test_gelu_is_the_tanh_approximation"]
-    assert collected(project / "class") == before  # the copy collects its own tests/, the same tests
+    assert collected(project / "class") == after  # the copy collects its own tests/, the same tests
     with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as f:
         assert "/class/" in f.read().split(), "the README's handout folder, class/, is not in .gitignore"
 
@@ -323,12 +309,14 @@ for step in range(3):
     losses = sae.train_step(x, s, state, 1e-2, sae.l1_coefficient(step, 1.0, 2))
 print({k: round(v, 5) for k, v in losses.items()}, round(float(sae.encode(x, s).sum()), 4))
 """
-TOPK = """import os
-import numpy as np
-import sae
-from plumbing import sae_files
-s = sae_files.load_sae(os.path.join("tests", "data", "sae_arch", "topk"))
-x = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32) * 3
+TOPK = """import sae
+from interface import loading
+encoder, hp, params = loading.load_model("model")
+with open("notes.txt", encoding="utf-8") as f:
+    rows = sae.windows(encoder.encode(f.read()), 16, encoder.eot)[:4]
+x = sae.gather(rows, params, hp, "blocks.0.hook_resid_post").reshape(-1, hp["n_embd"])
+s = sae.new_sae(x.shape[1], 32, seed=0, metadata={"hook_name": "blocks.0.hook_resid_post"})
+s["cfg"].update(architecture="topk", k=4)
 f = sae.encode(x, s)
 print((f > 0).sum(-1).tolist(), round(float(f.sum()), 4))
 """
@@ -364,8 +352,9 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "lens": ["gpt2_numpy.py", "--model", "model", "--lens", PROMPT],
     "heads": ["-c", HEADS.replace("TEXT", repr(HEADS_TEXT))],
     "ablate": ["-c", ABLATE.replace("TEXT", repr(ABLATE_TEXT))],
-    "train": ["train.py", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "3",
-              "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "3", "--quiet"],
+    "train": ["train.py", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "5",
+              "--warmup", "2", "--batch-size", "2", "--context", "16", "--eval-every", "1", "--sample-every", "5",
+              "--quiet"],
     "from_scratch": ["train.py", "--from-scratch", "--data", "notes.txt", "--out", "trained", "--vocab-size", "270",
                      "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--context", "16", "--batch-size", "2",
                      "--steps", "3", "--eval-every", "1", "--sample-every", "3", "--quiet"],
@@ -457,7 +446,6 @@ WRONG = {
     "batch": "starts = rng.integers(0, len(ids) - context, batch_size)\n"
              "x = np.stack([ids[s:s + context] for s in starts])\nreturn x, x.copy()",  # targets not shifted
     "embed": "return hook('wte', wte[ids])",  # the positions forgotten
-    "learning_rate": "return max_lr",  # no warm-up, no decay
     "train_step": "metrics, grads = gradients(params, hparams, data, step, recipe, buffers, adapters is not None)\n"
                   "scale = clip_scale(grad_norm(grads), recipe['grad_clip'])\n"
                   "adamw_step_fast(params if adapters is None else adapters, grads, state, recipe['lr'], "
@@ -614,6 +602,8 @@ def body_of_source(source, function):
 WRONG["jumprelu_backward"] = body_of("sae.py", "jumprelu_backward").replace("-ste.sum(0)", "ste.sum(0)")
 # the chunk that comes in written over the rank's own, not added: each rank's gradient is half the sum
 WRONG["ring_allreduce"] = body_of("data_parallel.py", "ring_allreduce").replace("part += received", "part[...] = received")
+# the warm-up a step late: the first step's rate 0 (issue 51: with no warm-up, three steps printed the right lines)
+WRONG["learning_rate"] = body_of("optimizer.py", "learning_rate").replace("(step + 1) / warmup", "step / warmup")
 # the weights without σ(-β δ): every pair pulled alike, however well the model already ranks it
 WRONG["dpo_loss"] = body_of("dpo.py", "dpo_loss").replace("pull = beta * sigmoid(-beta * delta) / P",
                                                           "pull = np.full(P, beta / P)")
@@ -628,42 +618,173 @@ def test_every_program_is_named_and_every_twin_and_its_plain_forms_exist():
             body_of(exercise_files.get(plain, file), plain)  # gelu_backward's plain form, gelu, is gpt2_numpy's
 
 
+def module_names(tree):
+    """The names a module binds at its top level (its imports, defs, classes and assignments, in an if or a try too)."""
+    names, statements = set(), list(tree.body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            statements += [n for field in ("body", "orelse", "finalbody", "handlers") for n in getattr(node, field, [])]
+            statements += [n for h in getattr(node, "handlers", []) for n in h.body]
+    return names
+
+
+def test_every_body_twins_writes_names_only_what_its_file_defines():
+    """Issue 51: in a handout with exercise 5 (gelu) but not 18, gelu_backward's body called gelu, which backward.py
+    never imports: every training run stopped with a NameError. Each body TWINS writes may use its arguments, its
+    own names, what its file binds, and Python's builtins."""
+    import builtins
+    for (file, twin), (_, body) in handout.TWINS.items():
+        with open(os.path.join(ROOT, file), encoding="utf-8") as f:
+            tree = ast.parse(handout.replace_body(f.read(), twin, body))
+        node = handout.function_node(tree, twin)
+        own = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+        own |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        own |= {(a.asname or a.name).split(".")[0] for n in ast.walk(node)
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        unknown = used - own - module_names(tree) - set(dir(builtins))
+        assert not unknown, f"{file}: {twin}'s handout body names {sorted(unknown)}, which {file} does not define"
+
+
 @pytest.fixture(scope="module")
 def student_runs(tmp_path_factory):
-    """Each exercise's program in three copies of the project: the exercise blanked, written right, and
-    written wrong (where WRONG has a body for it); a blank also runs generate, where that is another
-    program. {number: {copy: run}}"""
-    def three_copies(number):
+    """Each exercise's program in two copies of the project: the exercise blanked, and written wrong (where
+    WRONG has a body for it; its other functions right); a blank also runs generate, where that is another
+    program. {number: {copy: run}} (written right: right_handouts)"""
+    def two_copies(number):
         where, folder = handout.EXERCISES[number][3], tmp_path_factory.mktemp(f"student{number}")
         blank = project_copy(str(folder / "blank"), [number])
         runs = {"blank": run_program(blank, where)}
         if where != "generate":
             runs["blank generate"] = run_program(blank, "generate")
-        right = {function: body_of(file, function) for file, function in handout.functions(number)}
-        runs["right"] = run_program(project_copy(str(folder / "right"), [number], right), where)
         wrong = {function: WRONG[function] for _, function in handout.functions(number) if function in WRONG}
         if wrong:
-            runs["wrong"] = run_program(project_copy(str(folder / "wrong"), [number], {**right, **wrong}), where)
+            runs["wrong"] = run_program(project_copy(str(folder / "wrong"), [number], {**RIGHT, **wrong}), where)
         return runs
 
-    return on_every_core(three_copies, list(handout.EXERCISES))
+    return on_every_core(two_copies, list(handout.EXERCISES))
 
 
 @pytest.mark.parametrize("number", list(handout.EXERCISES))
 def test_the_program_runs_the_students_code(student_runs, originals, number):
-    """Blanked, the exercise stops its program (and the command line, if it is on its path);
-    written right, the program prints what the whole project prints; written wrong, it prints
-    something else. So the program runs the student's functions, not a fast twin beside them."""
+    """Blanked, the exercise stops its program (and the command line, if it is on its path); written wrong,
+    it prints something else (written right, it prints what the whole project prints: the test below). So
+    the program runs the student's functions, not a fast twin beside them."""
     where, runs = handout.EXERCISES[number][3], student_runs[number]
     code, _, stderr = runs["blank"]
     assert code != 0 and f"exercise {number} (" in stderr, stderr[-1000:]
     if where != "generate":
         code, _, stderr = runs["blank generate"]
         assert (code != 0) == (number in handout.needed_by("generate")), stderr[-1000:]
-    assert runs["right"] == originals[where]
     if any(function in WRONG for _, function in handout.functions(number)):
         code, stdout, stderr = runs["wrong"]
         assert code == 0 and stdout != originals[where][1], stderr[-1000:]
+
+
+# --- a handout of one exercise, written right ------------------------------------------------
+
+RIGHT = {function: body_of(file, function) for n in handout.EXERCISES for file, function in handout.functions(n)}
+
+
+def right_groups():
+    """[(exact, [numbers])]: every exercise's handout of its own, written with the project's bodies, grouped into
+    as few handouts as make the same edits: an exercise joins a group when the group's handout, with it added,
+    is the group's edits and its own (TWINS rewrites nothing more, and nothing less: no function of one is a
+    form another's handout rewrites). A fast twin (NAME_fast) made a call to the plain form computes what it
+    did, so the group's programs print what the whole project prints (exact); an exercise whose handout
+    rewrites another form (log_softmax, gelu_backward, topk_mask: the same function by another route, gelu's
+    derivative within float32's rounding) has a handout of its own."""
+    groups = []
+    for n in handout.EXERCISES:
+        own = {function for _, function in handout.functions(n)}
+        edits = set(handout.handout_edits([n], RIGHT))
+        if any(not function.endswith("_fast") for _, function, _ in edits if function not in own):
+            groups.append((False, [n]))
+            continue
+        group = next((g for exact, g in groups if exact and set(handout.handout_edits(g + [n], RIGHT))
+                      == set(handout.handout_edits(g, RIGHT)) | edits), None)
+        if group is None:
+            groups.append((True, [n]))
+        else:
+            group.append(n)
+    return groups
+
+
+def readmes_class():
+    """The exercises of the README's example class, python handout.py class/ 1-6 9."""
+    from interface.handout_cli import exercise_numbers
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        parts = re.search(r"python handout\.py class/ ([\d ,-]+)`", f.read()).group(1).split()
+    return [n for part in parts for n in exercise_numbers(part)]
+
+
+@pytest.fixture(scope="module")
+def right_handouts(tmp_path_factory):
+    """Each group of right_groups in a handout (written right), its exercises' tests run there and every program
+    that calls one of its exercises; and the README's example class, written right, trained.
+    -> ({tuple(numbers): (exact, folder, the tests' run, {where: run})}, the README's class's training run)"""
+    def write_and_run(item):
+        exact, numbers = item
+        folder = project_copy(str(tmp_path_factory.mktemp("right") / "class"), numbers,
+                              {function: RIGHT[function] for n in numbers for _, function in handout.functions(n)})
+        if exact is None:  # the README's class
+            return run_program(folder, "train")
+        tests = run_tests(folder, list(dict.fromkeys(t for n in numbers for t in handout.tests(n))))
+        return exact, folder, tests, {where: run_program(folder, where) for where in PROGRAMS
+                                      if set(handout.NEEDS[where]) & set(numbers)}
+
+    readme = (None, tuple(readmes_class()))
+    runs = on_every_core(write_and_run, [(exact, tuple(numbers)) for exact, numbers in right_groups()] + [readme])
+    return {numbers: run for (exact, numbers), run in runs.items() if exact is not None}, runs[readme]
+
+
+def test_every_exercise_written_right_in_its_handout_passes_its_tests(right_handouts):
+    """Every exercise as a student meets it, in a handout of its own (right_groups: grouped where the handouts add
+    up): blanked (its fast twins rewritten to call it), then written with the project's own body: its tests pass.
+    (Issue 45: rolling_windows_fast handed the test the student's lists, and the test called .tolist() on them.
+    Issue 51: gelu_backward, rewritten to differentiate the student's gelu, called a gelu backward.py never
+    imports: exercise 25's tests failed in a handout of 5 and 25.)"""
+    groups = right_handouts[0]
+    assert sorted(n for numbers in groups for n in numbers) == list(handout.EXERCISES)
+    for numbers, (_, folder, tests, _) in groups.items():
+        assert tests.returncode == 0, (numbers, tests.stdout[-2000:])
+        assert re.search(r"^\d+ passed", tests.stdout.splitlines()[-1])
+        functions = {function for n in numbers for _, function in handout.functions(n)}
+        for (file, twin), (plains, body) in handout.TWINS.items():
+            if set(plains) & functions and twin not in functions:  # a twin that is itself an exercise is the student's
+                with open(os.path.join(folder, file), encoding="utf-8") as f:
+                    assert body_of_source(f.read(), twin) == body  # the program runs the student's function
+
+
+@pytest.mark.parametrize("number", list(handout.EXERCISES))
+def test_a_handout_of_one_exercise_written_right_runs_every_program_it_feeds(right_handouts, originals, number):
+    """Issue 51: every program python handout.py says an exercise is on the path of (NEEDS) runs in its handout,
+    written right (a handout of 5 alone stopped every training run); its own program (handout.py --list's) prints
+    what the whole project prints, and so does every program of a group whose fast twins call the plain forms."""
+    numbers, (exact, _, _, runs) = next((k, v) for k, v in right_handouts[0].items() if number in k)
+    own = handout.EXERCISES[number][3]
+    fed = [where for where in PROGRAMS if number in handout.NEEDS[where]]
+    assert own in fed
+    for where in fed:
+        code, stdout, stderr = runs[where]
+        assert code == 0 and stdout, (where, stderr[-2000:])
+        if exact or where == own:
+            assert runs[where] == originals[where], where
+
+
+def test_the_readmes_class_written_right_trains(right_handouts):
+    """Issue 51: the README's example class, every function pasted back from the project, showed --progress done
+    for all seven, and then train.py stopped with a NameError (gelu_backward's gelu)."""
+    assert 5 in readmes_class() and 18 not in readmes_class()  # gelu handed out, its backward not
+    code, stdout, stderr = right_handouts[1]
+    assert code == 0 and stdout, stderr[-2000:]
 
 
 def test_training_on_documents_stops_at_a_masked_loss_left_to_do(tmp_path):
@@ -717,3 +838,51 @@ def test_each_plausible_wrong_answer_fails_its_exercises_tests(functions):
     names = functions or list(wrong_answers.WRONG_ANSWERS)
     assert len(lines) == sum(1 + len(wrong_answers.WRONG_ANSWERS[f]) for f in names), r.stdout
     assert [line for line in lines if not re.match(r"\w+: (fails \(|right answer PASSES$)", line)] == []
+
+
+def test_a_right_act_add_in_its_own_words_passes_exercise_48s_own_test(monkeypatch):
+    """Issue 51: exercise 48's test demanded the message "fewer than the steering prompts' 3", which the exercise
+    never states (it says: a UserError). A right act_add that says it in its own words passes."""
+    import steer
+    import test_steer
+    from plumbing.errors import UserError
+
+    def act_add(x, vector):
+        if x.shape[1] == 1:
+            return x
+        if x.shape[1] < len(vector):
+            raise UserError("too short a prompt to steer")
+        return np.concatenate([x[:, :len(vector)] + vector, x[:, len(vector):]], axis=1)
+
+    monkeypatch.setattr(steer, "act_add", act_add)
+    test_steer.test_act_add_hook_adds_to_the_front_and_leaves_a_one_position_pass()
+
+
+def test_the_docs_progress_example_pairs_each_exercise_with_its_own_tests():
+    """Issue 51: docs/exercises.md's --progress example had exercise 9 failing exercise 1's test and 1 failing 5's."""
+    with open(EXERCISES_DOC, encoding="utf-8") as f:
+        example = f.read().split("python handout.py --progress alice/", 1)[1].split("\n\n", 2)[1]
+    fails = re.findall(r"^    \S+: (\d+) fails (.+)$", example, re.M)
+    assert len(fails) >= 2
+    for number, tests in fails:
+        assert set(tests.split(", ")) <= set(handout.tests(int(number))), (number, tests)
+
+
+def test_in_a_handout_of_46_topk_mask_asks_the_students_topk_relu():
+    """Issue 51: sae.topk_mask made TopK's choice in the same file, and np.where(topk_mask(h, k), np.maximum(h, 0.0),
+    0.0) passed all of exercise 46's tests. In a handout of 46, topk_mask asks the student's topk_relu (the same
+    mask: AuxK's -inf, k of 0 and of every latent too), so that answer asks itself, and never ends."""
+    import inspect
+    import sae
+    space = dict(vars(sae))
+    exec(handout.replace_body(inspect.getsource(sae.topk_mask), "topk_mask", handout.TWINS["sae.py", "topk_mask"][1]),
+         space)
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((6, 40)).astype(np.float32) * 100
+    dead = np.where(rng.random(40) < 0.5, h, -np.inf).astype(np.float32)  # AuxK's: the living latents out
+    for x, ks in ((h, (0, 1, 7, 40, 41)), (dead, (0, 1, int(np.isfinite(dead[0]).sum())))):
+        for k in ks:
+            np.testing.assert_array_equal(space["topk_mask"](x, k), sae.topk_mask(x, k))
+    space["topk_relu"] = lambda h, k: np.where(space["topk_mask"](h, k), np.maximum(h, 0.0), 0.0)
+    with pytest.raises(RecursionError):
+        space["topk_relu"](h, 3)

@@ -82,7 +82,7 @@ def test_act_add_hook_adds_to_the_front_and_leaves_a_one_position_pass():
     np.testing.assert_array_equal(x, 1)  # the activation the model made is not written over
     step = np.ones((2, 1, 3), np.float32)
     np.testing.assert_array_equal(S.act_add(step, vector), step)  # a KV-cached step: past the front
-    with pytest.raises(UserError, match="fewer than the steering prompts' 3"):
+    with pytest.raises(UserError):  # in the student's words: exercise 48 states the type, not the message
         S.act_add(np.ones((1, 2, 3), np.float32), np.zeros((3, 3), np.float32))
 
 

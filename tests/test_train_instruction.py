@@ -30,8 +30,7 @@ def write_jsonl(path, items):
 def log_softmax_64(logits):
     """The reference: log softmax in float64, written here."""
     z = logits.astype(np.float64)
-    z = z - z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return z - np.logaddexp.reduce(z, axis=-1, keepdims=True)
 
 
 # --- an example, as a row ----------------------------------------------------------------------
