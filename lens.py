@@ -38,8 +38,8 @@ import math
 import numpy as np
 
 from backward import cross_entropy, cross_entropy_backward, layer_norm_backward, linear_backward
-from gpt2_numpy import layer_norm, layer_norm_eps, linear, log_softmax, matmul, softmax
-from look_inside import activation_shapes, check_names, run_with_cache
+from gpt2_numpy import layer_norm, layer_norm_eps, linear, log_softmax, matmul
+from look_inside import activation_shapes, check_names, lens_activations, logit_lens, run_with_cache
 from optimizer import clip_scale, grad_norm
 from plumbing.device import host
 from plumbing.errors import UserError, plural
@@ -57,8 +57,10 @@ PINV_ATOL = 1e-3  # the iid probe's pseudo-inverse drops eigenvalues this small 
 # ============================================================================
 
 def lens_sites(n_layer):
-    """Where each translator reads: blocks.l.hook_resid_pre for l = 0 .. L - 1 (tuned-lens's hidden_states[:-1])."""
-    return [f"blocks.{layer}.hook_resid_pre" for layer in range(n_layer)]
+    """Where each translator reads, block l's input (tuned-lens's hidden_states[:-1]): look_inside's lens_activations
+    but the last, as the cache names them: blocks.0.hook_resid_pre (the embeddings), then block l - 1's output,
+    blocks.{l-1}.hook_resid_post, which is blocks.l.hook_resid_pre."""
+    return lens_activations(n_layer)[:n_layer]
 
 
 def new_lens(n_layer, n_embd):
@@ -91,24 +93,17 @@ def check_lens(lens, hparams):
 
 
 def tuned_lens(ids, params, hparams, lens, target=None, run=None):
-    """look_inside.logit_lens's reading through the tuned lens: at each translator's layer and every position,
-    its top token, that token's probability, and the target's probability and rank; the last row is the model's
-    own logits (the last block's output has no translator), as the logit lens's last row is.
-    ids [B, T]; target [B, T] (default: the model's final prediction at each position); run: run_with_cache's
-    (logits, cache) holding lens_sites(L), to read instead of running the model again.
+    """look_inside.logit_lens through the tuned lens: the logit lens of the translated residual stream, each
+    block's input moved by its translator, the last block's output left as it is (it has no translator: its row
+    is the model's own logits, as the logit lens's last row is). ids [B, T]; target [B, T] (default: the model's
+    final prediction at each position); run: run_with_cache's (logits, cache) holding look_inside's
+    lens_activations(L), to read instead of running the model again.
     -> {"top" [L+1, B, T], "top_prob", "target" [B, T], "target_prob", "target_rank" [L+1, B, T]}"""
     check_lens(lens, hparams)
-    logits, cache = run or run_with_cache(ids, params, hparams, names=lens_sites(hparams["n_layer"]))
-    target = logits.argmax(-1) if target is None else np.asarray(target).reshape(logits.shape[:2])
-    out = {k: [] for k in ("top", "top_prob", "target_prob", "target_rank")}
-    for reading in [*lens_readings(cache, params, hparams, lens), logits]:
-        top = reading.argmax(-1)  # [B, T]
-        probs = softmax(reading)
-        out["top"].append(top)
-        out["top_prob"].append(np.take_along_axis(probs, top[..., None], -1)[..., 0])
-        out["target_prob"].append(np.take_along_axis(probs, target[..., None], -1)[..., 0])
-        out["target_rank"].append((reading > np.take_along_axis(reading, target[..., None], -1)).sum(-1))
-    return {"target": target, **{k: np.stack(v) for k, v in out.items()}}
+    names = lens_activations(hparams["n_layer"])
+    logits, cache = run or run_with_cache(ids, params, hparams, names=names)
+    translated = {name: translate(cache[name], **translator) for name, translator in zip(names, lens)}
+    return logit_lens(ids, params, hparams, target, run=(logits, {**cache, **translated}))
 
 
 def lens_readings(cache, params, hparams, lens):

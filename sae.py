@@ -584,7 +584,7 @@ class Diverged(UserError):
 def check_step(step, loss, grads):
     """Before Adam: a loss or a gradient that is not finite would make every weight NaN, so the step is refused
     (Diverged), the weights left as the last good step made them."""
-    norm = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))  # adam_step's, before it
+    norm = grad_norm({"blocks": [grads]})  # adam_step's, before it
     if not (math.isfinite(loss) and math.isfinite(norm)):
         raise Diverged(step, loss, norm)
 

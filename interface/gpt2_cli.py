@@ -620,7 +620,7 @@ def tuned_reading(args, ids, hparams, params, splice):
     from interface import lens_cli  # only with the flag: the lens's chapter is not every command's import
 
     tuned = lens_cli.loaded_lens(args.tuned_lens, hparams, params)
-    run = look_inside.run_with_cache([ids], params, hparams, names=lens.lens_sites(hparams["n_layer"]),
+    run = look_inside.run_with_cache([ids], params, hparams, names=look_inside.lens_activations(hparams["n_layer"]),
                                      sae=splice[1], hooks=splice[0])
     return lens_cli.host_dict(lens.tuned_lens([ids], params, hparams, tuned, run=run))
 

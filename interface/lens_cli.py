@@ -183,7 +183,7 @@ def read(args):
     encoder, hparams, params = model(args)
     lens = loaded_lens(args.tuned_lens, hparams, params)
     ids = text_ids(encoder, args.text, hparams)
-    run = look_inside.run_with_cache([ids], params, hparams, names=LENS.lens_sites(hparams["n_layer"]))
+    run = look_inside.run_with_cache([ids], params, hparams, names=look_inside.lens_activations(hparams["n_layer"]))
     reading = host_dict(LENS.tuned_lens([ids], params, hparams, lens, run=run))
     if args.logits:  # once the reading is done: an interrupted command leaves no file
         logits = np.stack([host(x[0]) for x in LENS.lens_readings(run[1], params, hparams, lens)]).astype(np.float32)

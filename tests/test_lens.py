@@ -7,7 +7,6 @@ import json
 import os
 import pickle
 import subprocess
-import sys
 import zipfile
 
 import numpy as np
@@ -69,9 +68,9 @@ def test_the_translators_reading_is_tuned_lenss(inner):
         reading = LENS.tuned_lens_logits(cache[site], lens[layer], params["ln_f"], params["wte"], eps)
         assert close(reading, GOLDEN["inner/reading"][layer], 1e-5), layer
     zero = LENS.new_lens(3, 12)[1]
-    logit_lens = g.matmul(g.layer_norm(cache["blocks.1.hook_resid_pre"], **params["ln_f"], eps=eps), params["wte"].T)
-    assert np.array_equal(LENS.tuned_lens_logits(cache["blocks.1.hook_resid_pre"], zero, params["ln_f"], params["wte"],
-                                                 eps), logit_lens)
+    h = cache[LENS.lens_sites(3)[1]]  # block 1's input
+    logit_lens = g.matmul(g.layer_norm(h, **params["ln_f"], eps=eps), params["wte"].T)
+    assert np.array_equal(LENS.tuned_lens_logits(h, zero, params["ln_f"], params["wte"], eps), logit_lens)
 
 
 def test_a_lens_tuned_lens_saved_reads_as_tuned_lens_reads_it(tiny):
@@ -82,7 +81,7 @@ def test_a_lens_tuned_lens_saved_reads_as_tuned_lens_reads_it(tiny):
     lens, config = lens_files.load_lens(TINY_LENS)
     assert config["unembed_hash"] == LENS.unembed_hash(params["wte"])
     ids = GOLDEN["tiny/ids"].tolist()
-    run = look_inside.run_with_cache([ids], params, hparams, names=LENS.lens_sites(2))
+    run = look_inside.run_with_cache([ids], params, hparams, names=look_inside.lens_activations(2))
     reading = np.stack([x[0] for x in LENS.lens_readings(run[1], params, hparams, lens)])
     assert close(reading[..., GOLDEN["tiny/cols"]], GOLDEN["tiny/reading"], 1e-5)
     top = reading.max(-1, keepdims=True)

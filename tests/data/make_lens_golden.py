@@ -208,7 +208,7 @@ def probe_golden(model, tokenizer, golden):
             h = model(input_ids=torch.tensor([tokenizer(text)["input_ids"]]), output_hidden_states=True).hidden_states[1][0]
             features["last"].append(h[-1].numpy())
             features["mean"].append(h.mean(0).numpy())
-    X = {k: np.stack(v) for k, v in features.items()}
+    X = dict(zip(features, map(np.stack, features.values())))
     rng = np.random.default_rng(4)
     base = rng.standard_normal((60, 5))
     synthetic = np.hstack([base, base[:, :1] * 1.0 + rng.standard_normal((60, 1)) * 1e-3])  # a near-copy
