@@ -306,7 +306,7 @@ def attribution_graph(params, hparams, ids, transcoders, max_logits=10, desired_
     makes it: the logits' rows first, then the features', a batch of batch_size rows a backward pass. With
     max_features N (fewer than the active features), only N features get rows and columns: those most influential
     on the logits through the rows so far, ranked again every UPDATE_INTERVAL batches (partial_influences).
-    progress(n): told each batch's rows. -> {"input_tokens" [T], "active_features" [n, 3], "activation_values" [n],
+    progress(n, total): told each batch's rows, and how many rows there are. -> {"input_tokens" [T], "active_features" [n, 3], "activation_values" [n],
     "selected_features" [N] (indices into active_features), "logit_tokens" [k], "logit_probabilities" [k],
     "adjacency_matrix" [N + L·T + T + k, same]: rows the targets, columns the sources}"""
     L, T = hparams["n_layer"], len(ids)
@@ -323,7 +323,7 @@ def attribution_graph(params, hparams, ids, transcoders, max_logits=10, desired_
                                                                np.full(b, T - 1), logit_vectors[i:i + b]))
         row_nodes[i:i + b] = logit_offset + np.arange(i, i + b)
         if progress:
-            progress(b)
+            progress(b, max_features + k)
     visited, done = np.zeros(n, bool), k
     while done - k < max_features:
         if max_features == n:
@@ -341,7 +341,7 @@ def attribution_graph(params, hparams, ids, transcoders, max_logits=10, desired_
             visited[chosen] = True
             done += len(chosen)
             if progress:
-                progress(len(chosen))
+                progress(len(chosen), max_features + k)
     selected = np.flatnonzero(visited)
     if max_features < n:
         edges = edges[:, np.concatenate([selected, np.arange(n, logit_offset + k)])]
@@ -530,3 +530,11 @@ def frozen_layer_norm(inputs, name, params, clean, L, eps):
     x = inputs[f"h{l}.{'resid_pre' if stage == 'ln_1' else 'resid_mid'}" if stage else f"h{L - 1}.resid_post"]
     weights = params["ln_f"] if name == "ln_f" else params["blocks"][l][stage]
     return (x - x.mean(-1, keepdims=True)) / clean["scale"][name] * weights["g"] + weights["b"]
+
+
+def feature_logits(transcoders, wte, layer, feature, k=5):
+    """The tokens a feature's writes promote and suppress most through the unembedding: Σ_j W_dec[f, j] · wteᵀ (every
+    write of a cross-layer feature ends in the residual stream). -> (ids [k], values [k], ids [k], values [k])"""
+    effect = host(wte @ transcoders[layer]["W_dec"][feature].sum(0))  # [V]
+    order = np.argsort(-effect, kind="stable")
+    return order[:k], effect[order[:k]], order[::-1][:k], effect[order[::-1][:k]]

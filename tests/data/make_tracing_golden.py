@@ -188,7 +188,7 @@ def case(name, transcoders, out, graph_json):
         logits, acts = model.feature_intervention(tokens, INTERVENTIONS, **kwargs)
         out[f"{name}/intervene/{setting}/logits"] = logits[0, :, :512].numpy()
         out[f"{name}/intervene/{setting}/acts"] = acts.numpy()
-    if graph_json:
+    if graph_json is not None:
         with tempfile.TemporaryDirectory() as tmp:
             create_graph_files(graph, name, tmp, scan="tiny")
             with open(os.path.join(tmp, f"{name}.json")) as f:
