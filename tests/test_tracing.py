@@ -352,3 +352,188 @@ def test_graph_json_is_create_graph_files_own(graphs):
         assert all(a[k] == pytest.approx(b[k], abs=1e-5 * largest if k == "weight" else 1e-6) for k, v in b.items()
                    if isinstance(v, float))  # the weights within 1e-5 of the largest, as the adjacency
     assert len(ours["links"]) == len(want["links"])
+
+
+# --- 8. the command line ---------------------------------------------------------------------------------
+
+PROMPT = "The cat sat on the mat, and the dog"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded_once():
+    """The command line's model, read from its folder once for this file's tests (most of it the vocabulary)."""
+    from interface import loading
+
+    read, kept = loading.load_model, {}
+
+    def load_model(*args, **kw):
+        key = (args, tuple(sorted(kw.items())))
+        if key not in kept:
+            kept[key] = read(*args, **kw)
+        return kept[key]
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(loading, "load_model", load_model)
+        yield
+
+
+def cli(capsys, *argv):
+    """circuits.py's main in this process: -> (exit status, stdout, stderr)."""
+    from interface import circuits_cli
+
+    try:
+        code = circuits_cli.main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def graph_argv(tmp_path, *more, kind="relu"):
+    where = ["--clt", os.path.join(TC, "clt")] if kind == "clt" else ["--transcoders", *folders(kind)]
+    return ["graph", PROMPT, "--model", TINY, *where, "--out", str(tmp_path / "g.json"), *more]
+
+
+def test_graph_writes_the_apis_graph_its_json_and_its_page(graphs, capsys, tmp_path):
+    code, out, err = cli(capsys, *graph_argv(tmp_path, "--npz", str(tmp_path / "g.npz"), "--html",
+                                             str(tmp_path / "g.html"), "--scan", "tiny", "--slug", "relu"))
+    assert code == 0, err
+    assert "115 active features (115 in the graph), 10 logits" in out and "replacement score 0.3728" in out
+    assert "rows 125/125 (100%)" in err  # the progress, on stderr
+    _, graph = graphs["relu"]
+    saved = np.load(tmp_path / "g.npz")
+    assert set(saved.files) == set(__import__("interface.graph_files").graph_files.NPZ_KEYS)
+    for key, value in graph.items():
+        np.testing.assert_array_equal(saved[key], value)
+    nodes, edges, cumulative = tracing.prune_graph(graph)
+    np.testing.assert_array_equal(saved["edge_mask"], edges)
+    assert float(saved["completeness_score"]) == pytest.approx(tracing.graph_scores(graph)[1])
+    content = json.load(open(tmp_path / "g.json", encoding="utf-8"))
+    assert content["metadata"] == json.load(open(os.path.join(DATA, "tracing_golden.json")))["relu"]["metadata"]
+    page = (tmp_path / "g.html").read_text(encoding="utf-8")
+    data = json.loads(page.split('<script type="application/json" id="data">')[1].split("</script>")[0])
+    assert len(data["nodes"]) == len(content["nodes"]) and len(data["links"]) == len(content["links"])
+    assert all(v["logits"] for v in data["nodes"] if v["kind"] == "feature")
+    assert not any(fetch in page for fetch in ("src=", "<link", "fetch(", "import ", "url("))  # nothing from outside
+
+
+def test_intervene_writes_the_apis_logits(tiny, graphs, capsys, tmp_path):
+    hp, params = tiny
+    code, out, err = cli(capsys, "intervene", PROMPT, "--model", TINY, "--clt", os.path.join(TC, "clt"), "--set",
+                         "0,3,2=1.5", "--set", "1, 5, 7 = -0.5", "--constrained-layers", "1", "--logits",
+                         str(tmp_path / "l.npy"))
+    assert code == 0, err
+    want = tracing.feature_intervention(params, hp, GOLDEN["prompt_ids"], graphs["clt"][0],
+                                        [(0, 3, 2, 1.5), (1, 5, 7, -0.5)], constrained_layers=[1])[0]
+    np.testing.assert_array_equal(np.load(tmp_path / "l.npy"), want)
+    assert out.startswith("the next token after '<|endoftext|>The cat") and len(out.splitlines()) == 6
+
+
+def bad_width(tmp_path):
+    """A transcoder of layer 0 that reads 6 numbers a token (the model's are 8)."""
+    sae = sae_files.load_sae(folders("relu")[0])
+    sae = {**sae, "W_enc": sae["W_enc"][:6], "W_skip": None, "cfg": {**sae["cfg"], "d_in": 6}}
+    del sae["W_skip"]
+    sae_files.save_sae(str(tmp_path / "narrow"), sae)
+    return str(tmp_path / "narrow")
+
+
+BAD = [  # the flags after the command's -> the one line it gets
+    (lambda t: ["--transcoders", *folders("relu")[::-1]], "but layer 0's transcoder reads blocks.0.ln2"),
+    (lambda t: ["--transcoders", folders("relu")[0]], "the model has 2 layers: give one transcoder for each"),
+    (lambda t: ["--transcoders", folders("relu")[0], str(t / "none")], "none: is not an SAE folder (no such folder)"),
+    (lambda t: ["--transcoders", bad_width(t), folders("relu")[1]], "reads 6 and writes 8 numbers a token, but the "
+                                                                   "model is 8 wide"),
+    (lambda t: ["--clt", str(t)], "is not a cross-layer transcoder's folder: it has no W_enc_0.safetensors"),
+    (lambda t: ["--transcoders", *folders("skip")[:1], folders("relu")[1]], "some transcoders have a skip"),
+]
+
+
+@pytest.mark.parametrize("command", ["graph", "intervene"])
+@pytest.mark.parametrize("flags, message", BAD)
+def test_a_bad_transcoder_is_one_line_and_exit_2_and_writes_nothing(capsys, tmp_path, command, flags, message):
+    given = flags(tmp_path)
+    before = set(os.listdir(tmp_path))
+    out_flag = ["--out", str(tmp_path / "g.json")] if command == "graph" else ["--set", "0,1,1=0", "--logits",
+                                                                               str(tmp_path / "l.npy")]
+    code, out, err = cli(capsys, command, PROMPT, "--model", TINY, *given, *out_flag)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert set(os.listdir(tmp_path)) == before
+
+
+BAD_FLAGS = [
+    (["--node-threshold", "0"], "--node-threshold must be a number in (0, 1], got 0.0"),
+    (["--edge-threshold", "nan"], "--edge-threshold must be a number in (0, 1], got nan"),
+    (["--desired-prob", "1.5"], "--desired-prob must be a number in (0, 1], got 1.5"),
+    (["--max-features", "0"], "--max-features must be at least 1, got 0"),
+    (["--html", "/no/such/folder/p.html"], "its folder /no/such/folder does not exist"),
+]
+
+
+@pytest.mark.parametrize("flags, message", BAD_FLAGS)
+def test_a_bad_flag_is_one_line_and_exit_2_and_writes_nothing(capsys, tmp_path, flags, message):
+    code, out, err = cli(capsys, *graph_argv(tmp_path, *flags))
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert not os.listdir(tmp_path)
+
+
+BAD_SETS = [
+    (["--set", "2,1,1=0"], "--set 2,1,1 names no feature: the model has layers 0..1"),
+    (["--set", "0,11,1=0"], "positions 0..10 (<|endoftext|> is 0)"),
+    (["--set", "1,3,16=0"], "features 0..15"),
+    (["--set", "1,3=0"], "--set must be LAYER,POS,FEATURE=VALUE with a finite VALUE"),
+    (["--set", "1,3,2=inf"], "--set must be LAYER,POS,FEATURE=VALUE with a finite VALUE"),
+    (["--set", "1,3,2=0", "--constrained-layers", "2"], "--constrained-layers 2: the model has layers 0..1"),
+]
+
+
+@pytest.mark.parametrize("flags, message", BAD_SETS)
+def test_a_set_that_names_no_feature_is_one_line_and_exit_2(capsys, tmp_path, flags, message):
+    code, out, err = cli(capsys, "intervene", PROMPT, "--model", TINY, "--transcoders", *folders("relu"), *flags,
+                         "--logits", str(tmp_path / "l.npy"))
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert not os.listdir(tmp_path)
+
+
+def test_a_prompt_longer_than_the_context_is_one_line(capsys, tmp_path):
+    code, out, err = cli(capsys, "graph", "word " * 70, "--model", TINY, "--transcoders", *folders("relu"), "--out",
+                         str(tmp_path / "g.json"))
+    assert code == 2 and err.count("\n") == 1 and "the model reads at most 64" in err and not os.listdir(tmp_path)
+
+
+def test_ctrl_c_is_one_line_and_exit_130_and_writes_nothing(capsys, monkeypatch, tmp_path):
+    rows = tracing.attribution_rows
+    calls = []
+
+    def interrupted(*args, **kw):  # the third batch of rows
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return rows(*args, **kw)
+
+    monkeypatch.setattr(tracing, "attribution_rows", interrupted)
+    code, out, err = cli(capsys, *graph_argv(tmp_path, "--batch-size", "16", "--npz", str(tmp_path / "g.npz")))
+    assert code == 130 and out == "" and err.endswith("interrupted\n") and not os.listdir(tmp_path)
+
+
+def test_graph_and_intervene_on_the_device_write_what_the_cpu_writes(capsys, monkeypatch, tmp_path):
+    import fake_device as fake
+    from plumbing import device
+
+    real = device.backend
+    monkeypatch.setattr(device, "backend", lambda name="cpu": fake if device.chosen(name) == "gpu" else real(name))
+    fake.COUNTS.clear()
+    for name in ("cpu", "gpu"):
+        (tmp_path / name).mkdir()
+        code, out, err = cli(capsys, *graph_argv(tmp_path / name, "--npz", str(tmp_path / name / "g.npz"), "--html",
+                                                 str(tmp_path / name / "g.html"), "--device", name, kind="skip"))
+        assert code == 0, err
+        code, out, err = cli(capsys, "intervene", PROMPT, "--model", TINY, "--clt", os.path.join(TC, "clt"), "--set",
+                             "0,3,2=1.5", "--logits", str(tmp_path / name / "l.npy"), "--device", name)
+        assert code == 0, err
+    assert fake.COUNTS["calls"] > 1000  # it ran there
+    for f in ("g.json", "g.html"):
+        assert (tmp_path / "cpu" / f).read_text() == (tmp_path / "gpu" / f).read_text()
+    np.testing.assert_array_equal(np.load(tmp_path / "cpu" / "l.npy"), np.load(tmp_path / "gpu" / "l.npy"))
+    cpu, gpu = np.load(tmp_path / "cpu" / "g.npz"), np.load(tmp_path / "gpu" / "g.npz")
+    assert all(np.array_equal(cpu[k], gpu[k]) for k in cpu.files)
