@@ -531,7 +531,7 @@ def test_graph_and_intervene_on_the_device_write_what_the_cpu_writes(capsys, mon
         code, out, err = cli(capsys, "intervene", PROMPT, "--model", TINY, "--clt", os.path.join(TC, "clt"), "--set",
                              "0,3,2=1.5", "--logits", str(tmp_path / name / "l.npy"), "--device", name)
         assert code == 0, err
-    assert fake.COUNTS["calls"] > 1000  # it ran there
+    assert fake.COUNTS["calls"] > 500  # it ran there
     for f in ("g.json", "g.html"):
         assert (tmp_path / "cpu" / f).read_text() == (tmp_path / "gpu" / f).read_text()
     np.testing.assert_array_equal(np.load(tmp_path / "cpu" / "l.npy"), np.load(tmp_path / "gpu" / "l.npy"))
