@@ -97,20 +97,24 @@ def softmax_backward(y, dy):
     return y * (dy - (dy * y).sum(axis=-1, keepdims=True))
 
 
-def layer_norm_backward(x, g, dy, eps=LAYER_NORM_EPS, frozen_scale=False):
+def layer_norm_backward(x, g, dy, eps=LAYER_NORM_EPS):
     """y = x̂ g + b, x̂ = (x - mean) / √(var + eps):
     dg = Σ dy x̂,  db = Σ dy,  dx = (dx̂ - mean(dx̂) - x̂ mean(dx̂ x̂)) / √(var + eps),  dx̂ = dy g
-    x, dy [..., C], g [C] -> dx [..., C], dg [C], db [C]
-    frozen_scale: 1/√(var + eps) a constant (circuit tracing's stop): dx = (dx̂ - mean(dx̂)) / √(var + eps), and no
-    dg, db (None). x may be one sequence's [1, T, C] for a batch of gradients dy [B, T, C]."""
+    x, dy [..., C], g [C] -> dx [..., C], dg [C], db [C]"""
+    xhat = layer_norm(x, 1.0, 0.0, eps)  # the forward's own x̂: layer_norm with g = 1, b = 0
     rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + eps)
     dxhat = dy * g
-    if frozen_scale:
-        return rstd * (dxhat - np.mean(dxhat, axis=-1, keepdims=True)), None, None
-    xhat = layer_norm(x, 1.0, 0.0, eps)  # the forward's own x̂: layer_norm with g = 1, b = 0
     dx = rstd * (dxhat - np.mean(dxhat, axis=-1, keepdims=True) - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True))
     axes = tuple(range(dy.ndim - 1))
     return dx, (dy * xhat).sum(axis=axes), dy.sum(axis=axes)
+
+
+def frozen_scale_backward(x, g, dy, eps=LAYER_NORM_EPS):
+    """layer_norm_backward with 1/√(var + eps) held constant (circuit tracing's stop, "scale"): only the mean's
+    subtraction and g stay,  dx = (dx̂ - mean(dx̂)) / √(var + eps),  dx̂ = dy g.  x [1 or B, T, C], dy [B, T, C]
+    -> dx [B, T, C], and None, None (no dg, db: its weights are frozen)"""
+    dxhat = dy * g
+    return (dxhat - np.mean(dxhat, axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + eps), None, None
 
 
 def linear_backward(x, w, dy):
@@ -340,12 +344,13 @@ def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, hparams, dy, p_drop=
         dln2, mlp_grads = ffn_backward(kept["ln_2"], kept["mlp.c_fc"], kept["mlp.gelu"], mlp["c_fc"], mlp["c_proj"],
                                        dropout_backward(kept.get("mlp.out.mask"), p_drop, hook("mlp.out", dy)),
                                        frozen, hook)
-    dmid, dg2, db2 = layer_norm_backward(kept["resid_mid"], ln_2["g"], hook("ln_2", dln2), eps, "scale" in stops)
+    norm_backward = frozen_scale_backward if "scale" in stops else layer_norm_backward
+    dmid, dg2, db2 = norm_backward(kept["resid_mid"], ln_2["g"], hook("ln_2", dln2), eps)
     dmid = hook("resid_mid", dmid + dy)
     dln1, attn_grads = mha_backward(kept, attn["c_attn"], attn["c_proj"], hparams["n_head"],
                                     dropout_backward(kept.get("attn.out.mask"), p_drop, hook("attn.out", dmid)),
                                     p_drop, frozen, hook, "pattern" in stops)
-    dx, dg1, db1 = layer_norm_backward(kept["resid_pre"], ln_1["g"], hook("ln_1", dln1), eps, "scale" in stops)
+    dx, dg1, db1 = norm_backward(kept["resid_pre"], ln_1["g"], hook("ln_1", dln1), eps)
     dx = hook("resid_pre", dx + dmid)
     if frozen:
         return dx, {"attn": attn_grads, "mlp": mlp_grads}
@@ -399,8 +404,9 @@ def model_backward(ids, kept, top, params, hparams, dxf, dwte=None, p_drop=0.0, 
     instead, and the backward begins there (ln_f and the blocks above it are not run). kept, top may be one
     sequence's ([1, T, ...]) for a batch of gradients [B, T, C]: every step broadcasts."""
     eps, n_blocks = layer_norm_eps(hparams), len(params["blocks"]) if start is None else start + 1
+    norm_backward = frozen_scale_backward if "scale" in stops else layer_norm_backward
     dx, dgf, dbf = (dxf, None, None) if start is not None else \
-        layer_norm_backward(top["x"], params["ln_f"]["g"], hook("ln_f", dxf), eps, "scale" in stops)
+        norm_backward(top["x"], params["ln_f"]["g"], hook("ln_f", dxf), eps)
     grads = {"ln_f": {"g": dgf, "b": dbf}, "blocks": [None] * len(params["blocks"])}
     for i in reversed(range(n_blocks)):
         dx, grads["blocks"][i] = transformer_block_backward(kept[i], **params["blocks"][i], hparams=hparams, dy=dx,
@@ -415,14 +421,12 @@ def model_backward(ids, kept, top, params, hparams, dxf, dwte=None, p_drop=0.0, 
     return grads
 
 
-def activation_grads(ids, params, hparams, dlogits, hook, forward_hook=no_hook, stops=()):
+def activation_grads(ids, params, hparams, dlogits, hook, forward_hook=no_hook):
     """The backward pass from any metric of the logits, for the activations' gradients: dlogits [B, T, V],
     d metric / d logits, comes back through the tied head (logits = x wteᵀ, so dx = dlogits wte) and
     model_backward, and each activation's gradient goes through hook(name, grad), the forward hooks'
     mirror. No weight's gradient is made (as for a LoRA run's frozen weights). ids [B, T]
-    forward_hook: the forward pass's own hook (an SAE spliced in, say), whose backward `hook` then holds.
-    stops: what the backward holds constant (STOPS: circuit tracing's frozen attention, norms and MLPs)."""
+    forward_hook: the forward pass's own hook (an SAE spliced in, say), whose backward `hook` then holds."""
     ids = checked_ids(ids, params)
     kept, top = training_forward(ids, params, hparams, hook=forward_hook)
-    model_backward(ids, kept, top, params, hparams, matmul(dlogits, params["wte"]), frozen=True, hook=hook,
-                   stops=stops)
+    model_backward(ids, kept, top, params, hparams, matmul(dlogits, params["wte"]), frozen=True, hook=hook)

@@ -218,6 +218,10 @@ EXERCISES = {
     48: ("the ActAdd hook",
          [("steer.py", "act_add", "test_act_add_hook_adds_to_the_front_and_leaves_a_one_position_pass")],
          ["test_act_add_is_the_papers_vector_logits_and_greedy_ids"], "steer"),
+    53: ("one row of the adjacency",
+         [("tracing.py", "adjacency_row",
+           "test_one_row_of_the_adjacency_is_the_targets_gradient_contracted_with_each_sources_vector")],
+         ["test_the_fast_rows_are_the_plain_row_for_each_target", "test_the_graph_is_circuit_tracers"], "graph"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -240,7 +244,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "sae": "sae.train_step and sae.encode on gathered activations (as python sae.py train runs them)",
          "topk": "sae.encode with a TopK SAE (as python sae.py encode --sae DIR runs one)",
          "sae_jumprelu": "sae.training_step of a JumpReLU SAE (as python sae.py train --architecture jumprelu runs it)",
-         "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C'}
+         "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C',
+         "graph": "tracing.attribution_graph (as python circuits.py graph runs it: its rows, adjacency_rows_fast)"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -262,7 +267,8 @@ NEEDS = {"generate": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15), "params": (9, 10, 1
          "classify": (1, 4, 5, 6, 7, 8, 13, 14, 15, 31), "q8_0": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 35),
          "sae": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 43, 44, 45), "topk": (43, 46),
          "sae_jumprelu": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 47),
-         "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48)}
+         "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48),
+         "graph": (1, 4, 5, 6, 7, 8, 14, 15, 19, 53)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise (unless
@@ -287,6 +293,8 @@ TWINS = {
         "adamw_step(params, grads, state, lr, beta1, beta2, eps, weight_decay)"),
     ("evaluate.py", "rolling_windows_fast"): (("rolling_windows",),
                                               "yield from rolling_windows(ids, prefix_id, context, stride)"),
+    ("tracing.py", "adjacency_rows_fast"): (("adjacency_row",),
+                                            "return np.stack([adjacency_row(g, positions, vectors) for g in grads])"),
     # Not twins, but forms that would give a blanked function's answer away (tests/test_handout_leaks.py):
     # in a handout they too run the student's function. log_softmax shows softmax's max subtraction;
     # gelu_backward spells out gelu's tanh form, so it becomes the derivative of the student's gelu, by

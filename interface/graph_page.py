@@ -49,7 +49,7 @@ PAGE = """<!DOCTYPE html>
 <style>
   body { font: 14px system-ui, sans-serif; margin: 20px; color: #222; background: #fff; }
   h1 { font-size: 20px; margin: 0 0 4px; } .note { color: #666; font-size: 12px; margin: 4px 0 10px; }
-  #wrap { display: flex; gap: 16px; align-items: flex-start; }
+  #wrap { display: flex; gap: 16px; align-items: flex-start; } #scroll { overflow-x: auto; max-width: calc(100vw - 420px); }
   #graph { border: 1px solid #ddd; background: #fcfcfc; }
   #panel { width: 340px; font-size: 12px; border: 1px solid #ddd; padding: 8px 10px; min-height: 200px; }
   #panel h2 { font-size: 14px; margin: 0 0 6px; } #panel table { border-collapse: collapse; width: 100%; }
@@ -65,16 +65,17 @@ PAGE = """<!DOCTYPE html>
 <h1>{{TITLE}}</h1>
 <div class="note">The pruned attribution graph: features (circles) and error nodes (grey squares) by layer and
 position, from the tokens (bottom) to the logits (top). Blue edges add to their target's pre-activation, red ones
-take away; thicker is larger. Hover over a node for its inputs and outputs; click to keep it chosen.</div>
-<div id="wrap"><svg id="graph"></svg><div id="panel"><h2>No node chosen</h2>
+take away; thicker is larger. Hover over a node for its inputs and outputs; click to keep it chosen (or open PAGE.html#NODE_ID).</div>
+<div id="wrap"><div id="scroll"><svg id="graph"></svg></div><div id="panel"><h2>No node chosen</h2>
 <div class="note">Hover over a node.</div></div></div>
 <script type="application/json" id="data">{{DATA}}</script>
 <script>
 "use strict";
+(() => {  // nothing global: window.top, window.name are the browser's
 const D = JSON.parse(document.getElementById("data").textContent);
 const T = D.tokens.length, L = D.n_layer, NS = "http://www.w3.org/2000/svg";
 const show = s => JSON.stringify(s).slice(1, -1);
-const colW = Math.max(70, Math.min(140, Math.floor(1000 / T))), rowH = 70, left = 60, top = 30;
+const colW = Math.max(30, Math.min(140, Math.floor((window.innerWidth - 500) / T))), rowH = 70, left = 60, top = 30;
 const W = left + T * colW + 20, H = top + (L + 2) * rowH + 40;
 const svg = document.getElementById("graph");
 svg.setAttribute("width", W); svg.setAttribute("height", H);
@@ -88,6 +89,8 @@ Object.values(cells).forEach(list => {
   list.forEach((i, j) => { const n = D.nodes[i];
     n.x = left + n.pos * colW + colW / 2 + (j - (list.length - 1) / 2) * step; n.y = yOf(rowOf(n)); });
 });
+D.nodes.filter(n => n.kind === "logit").forEach((n, j) => {  // the logits, most probable on the right, spread out
+  n.x = left + (T - 1) * colW + colW / 2 - j * 84; n.y = yOf(L + 1) - 14 * (j % 2); });
 function el(name, attrs, parent) { const e = document.createElementNS(NS, name);
   for (const k in attrs) e.setAttribute(k, attrs[k]); (parent || svg).appendChild(e); return e; }
 for (let r = 0; r <= L + 1; r++) {
@@ -95,7 +98,8 @@ for (let r = 0; r <= L + 1; r++) {
   el("text", {x: 6, y: yOf(r) + 4, class: "axis"}).textContent = r === 0 ? "tokens" : r === L + 1 ? "logits" : "layer " + (r - 1);
 }
 D.tokens.forEach((t, p) => { const x = left + p * colW + colW / 2;
-  el("text", {x: x, y: H - 12, "text-anchor": "middle", class: "label"}).textContent = show(t).slice(0, 12); });
+  el("text", {x: x, y: H - 12 - 12 * (p % 2), "text-anchor": "middle", class: "label"}).textContent =
+    show(t).slice(0, Math.max(4, Math.floor(colW / 5))); });
 const maxW = Math.max(1e-12, ...D.links.map(l => Math.abs(l[2])));
 const edges = el("g", {});
 const edgeEls = D.links.map(([s, t, w]) => { const a = D.nodes[s], b = D.nodes[t], mid = (a.y + b.y) / 2;
@@ -114,10 +118,10 @@ const nodeEls = D.nodes.map((n, i) => {
   g.onclick = () => { chosen = chosen === i ? null : i; choose(i); };
   return g; });
 let chosen = null;
-function name(n) { return n.kind === "feature" ? "feature " + n.id.split("_")[1] + " (layer " + n.layer + ")" :
+function nodeName(n) { return n.kind === "feature" ? "feature " + n.id.split("_")[1] + " (layer " + n.layer + ")" :
   n.kind === "error" ? "error, layer " + n.layer : n.kind === "token" ? "token '" + show(D.tokens[n.pos]) + "'" : n.clerp; }
 function rows(list) { return list.sort((a, b) => Math.abs(b[1]) - Math.abs(a[1])).slice(0, 12).map(([i, w]) =>
-  `<tr><td>${esc(name(D.nodes[i]))} @${D.nodes[i].pos}</td><td class="w ${w > 0 ? "pos" : "neg"}">${w.toFixed(4)}</td></tr>`).join(""); }
+  `<tr><td>${esc(nodeName(D.nodes[i]))} @${D.nodes[i].pos}</td><td class="w ${w > 0 ? "pos" : "neg"}">${w.toFixed(4)}</td></tr>`).join(""); }
 function esc(s) { return s.replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})[c]); }
 function choose(i) {
   const n = D.nodes[i], ins = [], outs = [];
@@ -125,7 +129,7 @@ function choose(i) {
   nodeEls.forEach((g, j) => g.classList.toggle("lit", j === i));
   D.links.forEach(([s, t, w], k) => { const lit = s === i || t === i; edgeEls[k].classList.toggle("lit", lit);
     if (t === i) ins.push([s, w]); if (s === i) outs.push([t, w]); });
-  let text = `<h2>${esc(name(n))}</h2><div>position ${n.pos} '${esc(show(D.tokens[n.pos]))}'` +
+  let text = `<h2>${esc(nodeName(n))}</h2><div>position ${n.pos} '${esc(show(D.tokens[n.pos]))}'` +
     (n.activation !== null ? `, activation ${n.activation.toFixed(4)}` : "") +
     (n.influence !== null ? `, cumulative influence ${n.influence.toFixed(3)}` : "") + `</div>`;
   if (n.logits) text += `<h2>its decoder's top logits</h2><table>` + n.logits[0].map(([t, v]) =>
@@ -134,8 +138,11 @@ function choose(i) {
   text += `<h2>inputs (${ins.length})</h2><table>${rows(ins)}</table><h2>outputs (${outs.length})</h2><table>${rows(outs)}</table>`;
   document.getElementById("panel").innerHTML = text;
 }
+const asked = D.nodes.findIndex(n => "#" + n.id === decodeURIComponent(location.hash));  // PAGE.html#NODE_ID
+if (asked >= 0) { chosen = asked; choose(asked); }
 svg.onmouseleave = () => { if (chosen === null) { svg.classList.remove("dim");
   nodeEls.forEach(g => g.classList.remove("lit")); edgeEls.forEach(e => e.classList.remove("lit")); } };
+})();
 </script>
 </body>
 </html>
