@@ -113,8 +113,9 @@ def frozen_scale_backward(x, g, dy, eps=LAYER_NORM_EPS):
     """layer_norm_backward with 1/√(var + eps) held constant (circuit tracing's stop, "scale"): only the mean's
     subtraction and g stay,  dx = (dx̂ - mean(dx̂)) / √(var + eps),  dx̂ = dy g.  x [1 or B, T, C], dy [B, T, C]
     -> dx [B, T, C], and None, None (no dg, db: its weights are frozen)"""
-    dxhat = dy * g
-    return (dxhat - np.mean(dxhat, axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + eps), None, None
+    d = dy * g
+    d = d - d.mean(-1, keepdims=True)
+    return d / np.sqrt(np.var(x, axis=-1, keepdims=True) + eps), None, None
 
 
 def linear_backward(x, w, dy):

@@ -24,12 +24,8 @@ The nodes, in circuit-tracer's order (the adjacency's rows are targets, its colu
 sorted by (layer, position, feature), the error nodes layer by layer (n_features + layer·T + position), one token a
 position, the logits by descending probability. Positions count the <|endoftext|> put first as 0; features and
 errors there are zeroed. Shapes: T positions, C = n_embd, L = n_layer, d a transcoder's width, n active features.
+The commands are circuits.py's (graph, intervene: interface/graph_cli.py); this file is the method.
 """
-if __name__ == "__main__":  # the commands are circuits.py's: python circuits.py graph|intervene
-    from interface.start import start
-
-    start("circuits_cli")
-
 import numpy as np
 
 from backward import model_backward, training_forward
@@ -382,10 +378,16 @@ def influence(A, weights, max_iter=1000):
 
 def threshold_at(scores, fraction):
     """The score at which the scores, largest first, first reach `fraction` of their sum: keeping every score at
-    least this keeps that fraction of the total.   scores [...] -> a float32"""
-    ranked = np.sort(scores.ravel())[::-1]
+    least this keeps that fraction of the total.   scores [...] (≥ 0) -> a float32
+    Only the nonzero scores are sorted (an edge's N² scores are mostly 0): past them the sum no longer grows, so
+    where they never reach the fraction the threshold is 0, as it would be among the zeros."""
+    scores = scores.ravel()
+    ranked = np.sort(scores[scores > 0])[::-1]
     reached = (np.cumsum(ranked, dtype=np.float64) / ranked.sum(dtype=np.float64)).astype(np.float32)
-    return ranked[min(int(np.searchsorted(reached, np.float32(fraction))), len(ranked) - 1)]
+    at = int(np.searchsorted(reached, np.float32(fraction)))
+    if at < len(ranked):
+        return ranked[at]
+    return np.float32(0) if len(ranked) < len(scores) else ranked[-1]
 
 
 def logit_weights(graph):
