@@ -453,50 +453,57 @@ def feature_intervention(params, hparams, ids, transcoders, interventions, freez
     """circuit-tracer's feature_intervention. interventions: [(layer, position, feature, value)].
     -> (logits [T, V] at every position, the transcoders' activations [L, T, d] in this run (apply_activation=False:
     their pre-activations); position 0's are 0)"""
-    L, like = hparams["n_layer"], params["wte"]
-    constrained = sorted(set(constrained_layers or ()))
-    everything = set(range(L)) <= set(constrained)
-    clean = clean_run(params, hparams, ids, transcoders, everything) \
+    L = hparams["n_layer"]
+    constrained = set(constrained_layers or ())
+    scaled = set(range(L)) <= constrained  # every layer constrained: the norms' scales frozen too
+    clean = clean_run(params, hparams, ids, transcoders, scaled) \
         if (freeze_attention or constrained) and interventions else None
     wanted = {}
     for layer, pos, feature, value in interventions:
         wanted.setdefault(layer, []).append((pos, feature, value))
-    deltas = np.zeros((L, len(ids), hparams["n_embd"]), np.float32, like=like)
-    acts, inputs, skip_change = [None] * L, {}, {}
-    eps = layer_norm_eps(hparams)
+    deltas = np.zeros((L, len(ids), hparams["n_embd"]), np.float32, like=params["wte"])  # what each layer gets
+    acts, norm_inputs, skip_change, norm_of = [None] * L, {}, {}, layer_norm_inputs(L)
 
     def hook(name, x):
         l, stage = block_index(name), name.partition(".")[2]
-        if clean and name.endswith(("resid_pre", "resid_mid")) or clean and everything and name == f"h{L - 1}.resid_post":
-            inputs[name] = x
+        if clean and scaled and name in norm_of:  # a layer norm's input, for its output with the clean scale
+            norm_inputs[norm_of[name]] = x
+        elif clean and scaled and name in norm_inputs:
+            x = frozen_layer_norm(norm_inputs.pop(name), name, params, clean["scale"][name])
         if clean and stage == "attn.weights":
             return clean["weights"][l]
-        if clean and everything and stage in ("ln_1", "ln_2") or clean and everything and name == "ln_f":
-            x = frozen_layer_norm(inputs, name, params, clean, L, eps)
-        if stage == "ln_2":
+        if stage == "ln_2":  # the transcoder's activations now
             pre, f = encode(x[0], transcoders[l])
             acts[l] = (f if apply_activation else pre).copy()
             acts[l][0] = 0.0
             if l in constrained and "W_skip" in transcoders[l]:
                 skip_change[l] = skip(x, transcoders[l]) - skip(clean["mlp_in"][l], transcoders[l])
-        if stage == "mlp.out":
-            if l in constrained:
-                x = clean["mlp_out"][l] + skip_change.pop(l, 0.0)
-            if l in wanted:
-                now = clean["acts"][l] if constrained else (acts[l] if apply_activation else activate(acts[l],
-                                                                                                   transcoders[l]))
-                for pos, feature, value in wanted[l]:
-                    change = np.float32(value) - now[pos, feature]
-                    if change != 0:
-                        W = transcoders[l]["W_dec"][feature]  # [n_out, C]
-                        deltas[l:l + len(W), pos] += change * W
-            if not constrained or l in constrained:
-                x = x + deltas[l]
-            deltas[l] = 0.0
-        return x
+        if stage != "mlp.out":
+            return x
+        if l in constrained:
+            x = clean["mlp_out"][l] + skip_change.pop(l, 0.0)
+        if l in wanted:  # (value - the activation now) W_dec[f], at this layer (and, cross-layer, the ones after)
+            now = clean["acts"][l] if constrained else acts[l] if apply_activation else activate(acts[l],
+                                                                                                transcoders[l])
+            for pos, feature, value in wanted[l]:
+                change = np.float32(value) - now[pos, feature]
+                if change != 0:
+                    W = transcoders[l]["W_dec"][feature]  # [n_out, C]
+                    deltas[l:l + len(W), pos] += change * W
+        out = x + deltas[l] if not constrained or l in constrained else x
+        deltas[l] = 0.0
+        return out
 
     logits = gpt2(np.asarray(ids)[None], params, hparams, hook=hook)[0]
     return logits, np.stack(acts)
+
+
+def layer_norm_inputs(L):
+    """{the name of each layer norm's input: its output's}: resid_pre -> ln_1, resid_mid -> ln_2, the last
+    resid_post -> ln_f."""
+    norm_of = {f"h{l}.{before}": f"h{l}.{ln}" for l in range(L) for before, ln in (("resid_pre", "ln_1"),
+                                                                                   ("resid_mid", "ln_2"))}
+    return {**norm_of, f"h{L - 1}.resid_post": "ln_f"}
 
 
 def clean_run(params, hparams, ids, transcoders, scales):
@@ -504,7 +511,7 @@ def clean_run(params, hparams, ids, transcoders, scales):
     weights, "mlp_in", "mlp_out" [T, C] a layer, "acts": the transcoders' activations (position 0's zeroed), and
     with scales, "scale": each layer norm's √(var + ε), by the name of its output}."""
     out = {"weights": {}, "mlp_in": {}, "mlp_out": {}, "acts": {}, "scale": {}}
-    eps, L = layer_norm_eps(hparams), hparams["n_layer"]
+    eps, norm_of = layer_norm_eps(hparams), layer_norm_inputs(hparams["n_layer"])
 
     def hook(name, x):
         l, stage = block_index(name), name.partition(".")[2]
@@ -517,21 +524,19 @@ def clean_run(params, hparams, ids, transcoders, scales):
             out["acts"][l] = f
         elif stage == "mlp.out":
             out["mlp_out"][l] = x
-        if scales and name.endswith(("resid_pre", "resid_mid")) or scales and name == f"h{L - 1}.resid_post":
-            ln = {"resid_pre": "ln_1", "resid_mid": "ln_2"}.get(stage)
-            out["scale"][f"h{l}.{ln}" if ln else "ln_f"] = np.sqrt(x.var(-1, keepdims=True) + eps)
+        if scales and name in norm_of:
+            out["scale"][norm_of[name]] = np.sqrt(x.var(-1, keepdims=True) + eps)
         return x
 
     gpt2(np.asarray(ids)[None], params, hparams, hook=hook)
     return out
 
 
-def frozen_layer_norm(inputs, name, params, clean, L, eps):
-    """A layer norm's output with the clean run's scale: (x - mean x) / clean's √(var + ε) · g + b, x its input now."""
-    l, stage = block_index(name), name.partition(".")[2]
-    x = inputs[f"h{l}.{'resid_pre' if stage == 'ln_1' else 'resid_mid'}" if stage else f"h{L - 1}.resid_post"]
-    weights = params["ln_f"] if name == "ln_f" else params["blocks"][l][stage]
-    return (x - x.mean(-1, keepdims=True)) / clean["scale"][name] * weights["g"] + weights["b"]
+def frozen_layer_norm(x, name, params, scale):
+    """A layer norm's output from its input now, x [B, T, C], with the clean run's scale [B, T, 1]:
+    (x - mean x) / scale · g + b."""
+    weights = params["ln_f"] if name == "ln_f" else params["blocks"][block_index(name)][name.partition(".")[2]]
+    return (x - x.mean(-1, keepdims=True)) / scale * weights["g"] + weights["b"]
 
 
 def feature_logits(transcoders, wte, layer, feature, k=5):

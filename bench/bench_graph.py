@@ -70,8 +70,10 @@ def make_transcoders(folder, l0):
     for l in range(hp["n_layer"]):
         W_enc = rng.standard_normal((C, D_TC), dtype=np.float32)
         W_enc /= np.linalg.norm(W_enc, axis=0)
-        pre = mlp_in[f"h{l}.ln_2"][1:] @ W_enc  # [T-1, d]
-        cut = np.sort(pre.ravel())[-l0 * len(pre)]  # about l0 a position above it
+        ranked = np.sort((mlp_in[f"h{l}.ln_2"][1:] @ W_enc).ravel())  # [(T-1)·d]
+        near = np.arange(len(ranked) - l0 * (N_TOKENS - 1) - 50, len(ranked) - l0 * (N_TOKENS - 1) + 50)
+        at = near[np.argmax(ranked[near + 1] - ranked[near])]  # about l0 a position above: in the widest gap
+        cut = (ranked[at] + ranked[at + 1]) / 2  # near there, so that float32's rounding decides no feature
         W_dec = rng.standard_normal((D_TC, C), dtype=np.float32)
         W_dec *= 0.1 / np.linalg.norm(W_dec, axis=1, keepdims=True)
         sae = {"W_enc": W_enc, "b_enc": np.full(D_TC, -cut, np.float32), "W_dec": W_dec,
