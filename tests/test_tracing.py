@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import DATA, as_float64
+from conftest import DATA, ROOT, as_float64
 import backward
 import gpt2_numpy as g
 import tracing
@@ -546,3 +546,34 @@ def test_graph_and_intervene_on_the_device_write_what_the_cpu_writes(capsys, mon
     np.testing.assert_array_equal(np.load(tmp_path / "cpu" / "l.npy"), np.load(tmp_path / "gpu" / "l.npy"))
     cpu, gpu = np.load(tmp_path / "cpu" / "g.npz"), np.load(tmp_path / "gpu" / "g.npz")
     assert all(np.array_equal(cpu[k], gpu[k]) for k in cpu.files)
+
+
+def sae_py_trains_transcoders():
+    with open(os.path.join(ROOT, "interface", "sae_cli.py"), encoding="utf-8") as f:
+        return "--site-out" in f.read()
+
+
+@pytest.mark.skipif(not sae_py_trains_transcoders(), reason="sae.py train learns no transcoder yet (--site-out: the "
+                                                            "sae branch, issue 53 §7); it runs once that lands")
+@pytest.mark.parametrize("architecture", ["standard", "topk"])
+def test_the_transcoders_sae_py_trains_make_a_graph(capsys, tmp_path, architecture):
+    """sae.py train --site blocks.L.ln2.hook_normalized --site-out blocks.L.hook_mlp_out writes a folder each layer
+    that graph reads as that layer's transcoder (the lesson's way, docs/make_graph_lesson.py)."""
+    from interface import sae_cli
+
+    (tmp_path / "t.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 8)
+    for l in range(2):
+        try:
+            code = sae_cli.main(["train", "--model", TINY, "--data", str(tmp_path / "t.txt"), "--site",
+                                 f"blocks.{l}.ln2.hook_normalized", "--site-out", f"blocks.{l}.hook_mlp_out",
+                                 "--architecture", architecture, "--d-sae", "16", "--tokens", "128", "--batch-tokens",
+                                 "64", "--context", "16", "--out", str(tmp_path / str(l)), "--quiet",
+                                 *(["--l1", "1"] if architecture == "standard" else
+                                   ["--k", "4", "--rescale-acts-by-decoder-norm", "false"])])
+        except SystemExit as e:
+            code = e.code
+        assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    code, out, err = cli(capsys, "graph", PROMPT, "--model", TINY, "--transcoders", str(tmp_path / "0"),
+                         str(tmp_path / "1"), "--out", str(tmp_path / "g.json"))
+    assert code == 0 and "active features" in out, err
