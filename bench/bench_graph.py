@@ -192,18 +192,24 @@ def main():
                MKL_NUM_THREADS=str(args.threads), OPENBLAS_VERBOSE="2")
     flags = ["--folder", folder, "--threads", str(args.threads), "--batch-size", str(args.batch_size)] + \
         (["--max-features", str(args.max_features)] if args.max_features else [])
-    workers = {name: subprocess.Popen([python, os.path.abspath(__file__), "--worker", name, *flags], env=env,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for name, python in (("ours", sys.executable), ("circuit-tracer", args.torch_python))}
+    logs = {name: open(os.path.join(HERE, "out", f"graph-{name}.log"), "w+") for name in ("ours", "circuit-tracer")}
+    contenders = {"ours": ("ours", sys.executable), "circuit-tracer": ("theirs", args.torch_python)}
+    workers = {name: subprocess.Popen([python, os.path.abspath(__file__), "--worker", worker, *flags], env=env,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[name], text=True)
+               for name, (worker, python) in contenders.items()}
     runs = {name: [] for name in workers}
     for round_ in range(args.repeats + 1):  # the first round warms up
         for name, w in workers.items():
             before = load()
-            w.stdin.write("go\n")
-            w.stdin.flush()
-            line = w.stdout.readline()
+            try:
+                w.stdin.write("go\n")
+                w.stdin.flush()
+                line = w.stdout.readline()
+            except BrokenPipeError:
+                line = ""
             if not line:
-                sys.exit(f"{name} failed: {w.stderr.read()[-2000:]}")
+                logs[name].seek(0)
+                sys.exit(f"{name} failed (exit {w.poll()}): {logs[name].read()[-2000:]}")
             result = {**json.loads(line), "load": before}
             print(f"  round {round_} {name}: {result}", file=sys.stderr)
             if round_:
@@ -214,7 +220,8 @@ def main():
     worst = float(np.abs(a - b).max() / np.abs(b).max()) if a.shape == b.shape else float("inf")
     for w in workers.values():
         w.stdin.close()
-    kernel = re.search(r"Core: (\w+)", workers["ours"].stderr.read())
+    logs["ours"].seek(0)
+    kernel = re.search(r"Core: (\w+)", logs["ours"].read())
     print(f"{cpu_name()}, {args.threads} threads, OpenBLAS kernel {kernel.group(1) if kernel else '?'} "
           f"(OPENBLAS_CORETYPE {os.environ.get('OPENBLAS_CORETYPE', 'unset')}); a {N_TOKENS}-token prompt + "
           f"<|endoftext|>, random:124M, 12 x {D_TC:,} ReLU latents, L0 about {args.l0}; "
