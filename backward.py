@@ -22,6 +22,9 @@ Each forward function has its backward here, with its derivative in one line and
        gpt2 + its loss               loss_and_grads
        gpt2 + any metric             activation_grads (each activation's gradient, through a hook)
 
+Circuit tracing (tracing.py) runs the same backward with stops (STOPS): the attention weights, each layer
+norm's scale and the MLPs held constant, so that what is left is linear in the residual stream.
+
 The training forward is gpt2_hidden() itself, run with a hook that keeps exactly the
 activations the backward reads (KEPT), and that applies dropout where GPT-2 has it; nothing
 of the forward pass is written again here. The backward has hooks too, the forward's mirror:
@@ -47,6 +50,8 @@ from plumbing.parallel import in_chunks, reused, rows_at_a_time, shared_among_co
 KEPT = ("resid_pre", "ln_1", "attn.q", "attn.k", "attn.v", "attn.weights", "attn.z", "resid_mid", "ln_2",
         "mlp.c_fc", "mlp.gelu")  # per block; and the last block's output, ln_f's input
 DROPPED = ("attn.weights", "attn.out", "mlp.out")  # per block, where GPT-2 has dropout; and the embeddings
+STOPS = ("pattern", "scale", "mlp")  # what stops= may hold constant: the attention weights, the layer norms' 1/√(var
+# + eps), the MLPs (no gradient crosses one): circuit tracing's replacement model (Ameisen et al., 2025)
 
 
 # ============================================================================
@@ -104,6 +109,15 @@ def layer_norm_backward(x, g, dy, eps=LAYER_NORM_EPS):
     return dx, (dy * xhat).sum(axis=axes), dy.sum(axis=axes)
 
 
+def frozen_scale_backward(x, g, dy, eps=LAYER_NORM_EPS):
+    """layer_norm_backward with 1/√(var + eps) held constant (circuit tracing's stop, "scale"): only the mean's
+    subtraction and g stay,  dx = (dx̂ - mean(dx̂)) / √(var + eps),  dx̂ = dy g.  x [1 or B, T, C], dy [B, T, C]
+    -> dx [B, T, C], and None, None (no dg, db: its weights are frozen)"""
+    d = dy * g
+    d = d - d.mean(-1, keepdims=True)
+    return d / np.sqrt(np.var(x, axis=-1, keepdims=True) + eps), None, None
+
+
 def linear_backward(x, w, dy):
     """y = x w + b:  dx = dy wᵀ,  dw = Σ xᵀ dy (over every position),  db = Σ dy
     x [..., n_in], w [n_in, n_out], dy [..., n_out] -> dx [..., n_in], dw [n_in, n_out], db [n_out]"""
@@ -130,8 +144,8 @@ def layer_backward(x, layer, dy, frozen=False):
     if not frozen:
         dx, dw, db = linear_backward(x, layer["w"], dy)
         return dx, {"w": dw, "b": db}
-    if "lora" not in layer:
-        return (dy.reshape(-1, dy.shape[-1]) @ layer["w"].T).reshape(x.shape), {}
+    if "lora" not in layer:  # dy's leading axes, not x's: x may be one sequence's for a batch of gradients
+        return (dy.reshape(-1, dy.shape[-1]) @ layer["w"].T).reshape(*dy.shape[:-1], x.shape[-1]), {}
     dx, grads = lora_linear_backward(x, layer["w"], layer["lora"], dy)
     return dx, {"lora": grads}
 
@@ -190,10 +204,16 @@ def score_scale(D, dtype):
     return float(attention_scores(unit, unit)[0, 0, 0, 0])
 
 
-def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0, frozen=False, hook=no_hook):
+def mha_backward(kept, c_attn, c_proj, n_head, dy, p_drop=0.0, frozen=False, hook=no_hook, pattern_frozen=False):
     """c_proj, merge heads, attention, split heads, c_attn, backwards.   dy [B, T, C] -> dx [B, T, C], grads
-    (frozen: layer_backward's). hook: the gradients of attn.z, attn.weights, attn.scores, attn.q, .k and .v."""
+    (frozen: layer_backward's). hook: the gradients of attn.z, attn.weights, attn.scores, attn.q, .k and .v.
+    pattern_frozen (with frozen; circuit tracing's stop): the weights a constant, so only v carries a gradient back:
+    dv = weightsᵀ dz, dx = dv W_vᵀ (c_attn's v columns), and no hook but attn.z's and attn.v's."""
     dz_merged, proj_grads = layer_backward(merge_heads(kept["attn.z"]), c_proj, dy, frozen)
+    if pattern_frozen:
+        dv = hook("attn.v", kept["attn.weights"].swapaxes(-1, -2) @ hook("attn.z", split_heads(dz_merged, n_head)))
+        C = dy.shape[-1]
+        return matmul(merge_heads(dv), c_attn["w"][:, 2 * C:].T), {}
     dq, dk, dv = attention_backward(kept["attn.q"], kept["attn.k"], kept["attn.v"], kept["attn.weights"],
                                     hook("attn.z", split_heads(dz_merged, n_head)), kept.get("attn.weights.mask"),
                                     p_drop, hook)
@@ -309,22 +329,29 @@ def head_backward(xf, wte, targets, buffers=None, frozen=False):
     return loss, (logits @ wte).reshape(xf.shape), dwte
 
 
-def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, hparams, dy, p_drop=0.0, frozen=False, hook=no_hook):
+def transformer_block_backward(kept, ln_1, attn, ln_2, mlp, hparams, dy, p_drop=0.0, frozen=False, hook=no_hook,
+                               stops=()):
     """x + mha(ln_1(x)), then + ffn(ln_2(x)), backwards: each residual passes dy straight through
     and adds what flows back through its branch (and through its dropout, if any).
     dy [B, T, C] -> dx [B, T, C], grads (frozen, a LoRA run: the adapters' alone)
-    hook: the gradient of each activation the block passes through its forward hook, by the same name."""
+    hook: the gradient of each activation the block passes through its forward hook, by the same name.
+    stops (with frozen): what is held constant (STOPS); with "mlp", hook("mlp.out") still sees its gradient."""
     eps = layer_norm_eps(hparams)
     dy = hook("resid_post", dy)
-    dln2, mlp_grads = ffn_backward(kept["ln_2"], kept["mlp.c_fc"], kept["mlp.gelu"], mlp["c_fc"], mlp["c_proj"],
-                                   dropout_backward(kept.get("mlp.out.mask"), p_drop, hook("mlp.out", dy)), frozen,
-                                   hook)
-    dmid, dg2, db2 = layer_norm_backward(kept["resid_mid"], ln_2["g"], hook("ln_2", dln2), eps)
+    if "mlp" in stops:  # the MLP's output a constant: nothing flows back through it
+        hook("mlp.out", dy)
+        dln2, mlp_grads = np.zeros_like(dy), {}
+    else:
+        dln2, mlp_grads = ffn_backward(kept["ln_2"], kept["mlp.c_fc"], kept["mlp.gelu"], mlp["c_fc"], mlp["c_proj"],
+                                       dropout_backward(kept.get("mlp.out.mask"), p_drop, hook("mlp.out", dy)),
+                                       frozen, hook)
+    norm_backward = frozen_scale_backward if "scale" in stops else layer_norm_backward
+    dmid, dg2, db2 = norm_backward(kept["resid_mid"], ln_2["g"], hook("ln_2", dln2), eps)
     dmid = hook("resid_mid", dmid + dy)
     dln1, attn_grads = mha_backward(kept, attn["c_attn"], attn["c_proj"], hparams["n_head"],
                                     dropout_backward(kept.get("attn.out.mask"), p_drop, hook("attn.out", dmid)),
-                                    p_drop, frozen, hook)
-    dx, dg1, db1 = layer_norm_backward(kept["resid_pre"], ln_1["g"], hook("ln_1", dln1), eps)
+                                    p_drop, frozen, hook, "pattern" in stops)
+    dx, dg1, db1 = norm_backward(kept["resid_pre"], ln_1["g"], hook("ln_1", dln1), eps)
     dx = hook("resid_pre", dx + dmid)
     if frozen:
         return dx, {"attn": attn_grads, "mlp": mlp_grads}
@@ -369,15 +396,23 @@ def forward_backward(ids, params, hparams, head, p_drop=0.0, rng=None, frozen=Fa
     return loss, model_backward(ids, kept, top, params, hparams, dxf, dwte, p_drop, frozen), more
 
 
-def model_backward(ids, kept, top, params, hparams, dxf, dwte=None, p_drop=0.0, frozen=False, hook=no_hook):
+def model_backward(ids, kept, top, params, hparams, dxf, dwte=None, p_drop=0.0, frozen=False, hook=no_hook, stops=(),
+                   start=None):
     """gpt2_hidden backwards, from dxf [B, T, C], the gradient of ln_f's output: ln_f, the blocks from the
     last, the embeddings' gather (added into dwte, the head's part of wte's gradient). -> grads (frozen: the
-    adapters' alone). hook: each activation's gradient, by gpt2_numpy's names (see the top of the file)."""
-    dx, dgf, dbf = layer_norm_backward(top["x"], params["ln_f"]["g"], hook("ln_f", dxf), layer_norm_eps(hparams))
+    adapters' alone). hook: each activation's gradient, by gpt2_numpy's names (see the top of the file).
+    stops (with frozen): what the backward holds constant (STOPS). start: dxf is block start's output's gradient
+    instead, and the backward begins there (ln_f and the blocks above it are not run). kept, top may be one
+    sequence's ([1, T, ...]) for a batch of gradients [B, T, C]: every step broadcasts."""
+    eps, n_blocks = layer_norm_eps(hparams), len(params["blocks"]) if start is None else start + 1
+    norm_backward = frozen_scale_backward if "scale" in stops else layer_norm_backward
+    dx, dgf, dbf = (dxf, None, None) if start is not None else \
+        norm_backward(top["x"], params["ln_f"]["g"], hook("ln_f", dxf), eps)
     grads = {"ln_f": {"g": dgf, "b": dbf}, "blocks": [None] * len(params["blocks"])}
-    for i in reversed(range(len(params["blocks"]))):
+    for i in reversed(range(n_blocks)):
         dx, grads["blocks"][i] = transformer_block_backward(kept[i], **params["blocks"][i], hparams=hparams, dy=dx,
-                                                            p_drop=p_drop, frozen=frozen, hook=block_hook(hook, i))
+                                                            p_drop=p_drop, frozen=frozen, hook=block_hook(hook, i),
+                                                            stops=stops)
     dx = hook("wte", dropout_backward(kept[0].get("resid_pre.mask"), p_drop, dx))  # after the embeddings' dropout
     hook("wpe", dx.sum(axis=0))  # wpe[positions] is one row a position for the whole batch: its rows' sum
     if frozen:

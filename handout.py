@@ -234,6 +234,10 @@ EXERCISES = {
     52: ("the logistic loss's gradient",
          [("lens.py", "logistic_gradient", "test_the_logistic_losss_gradient_by_finite_differences")],
          ["test_probes_equal_scikit_learns_and_geometry_of_truths"], "probe"),
+    53: ("one row of the adjacency",
+         [("tracing.py", "adjacency_row",
+           "test_one_row_of_the_adjacency_is_the_targets_gradient_contracted_with_each_sources_vector")],
+         ["test_the_fast_rows_are_the_plain_row_for_each_target", "test_the_graph_is_circuit_tracers"], "graph"),
 }
 
 # The programs that run the exercises' functions, so that a student sees their own code at work.
@@ -259,7 +263,8 @@ WHERE = {"generate": 'python gpt2_numpy.py "prompt"', "params": "python gpt2_num
          "steer": 'python steer.py add "prompt" --add A --sub B --layer L --coeff C',
          "data_parallel": "mpiexec -n 2 python train.py --data FILE, and with --zero 1 (two processes, one run)",
          "tuned_lens": "python lens.py train --data FILE",
-         "probe": "python lens.py probe --method logistic"}
+         "probe": "python lens.py probe --method logistic",
+         "graph": "tracing.attribution_graph (as python circuits.py graph runs it: its rows, adjacency_rows_fast)"}
 
 # Each program: every exercise whose functions it calls (or the fast twins that stand for them), so
 # that in a handout with one of these left to do it stops at that exercise's NotImplementedError.
@@ -283,7 +288,8 @@ NEEDS = {"generate": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15), "params": (9, 10, 1
          "sae_jumprelu": (1, 4, 5, 6, 7, 8, 14, 15, 22, 24, 47),
          "steer": (1, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 48),
          "data_parallel": (1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 23, 24, 25, 49, 50),
-         "tuned_lens": (1, 4, 5, 6, 7, 8, 14, 15, 19, 24, 51), "probe": (1, 4, 5, 6, 7, 8, 14, 15, 52)}
+         "tuned_lens": (1, 4, 5, 6, 7, 8, 14, 15, 19, 24, 51), "probe": (1, 4, 5, 6, 7, 8, 14, 15, 52),
+         "graph": (1, 4, 5, 6, 7, 8, 14, 15, 53)}
 
 # The fast twins: a form the program calls for speed, the plain functions it stands for (a test
 # holds them equal), and the body it gets in a handout where one of those is an exercise (unless
@@ -310,6 +316,8 @@ TWINS = {
                                               "yield from rolling_windows(ids, prefix_id, context, stride)"),
     ("data_parallel.py", "ring_allreduce_fast"): (("ring_allreduce",),
                                                  "ring_allreduce(comm, x)\nreturn lambda: None"),
+    ("tracing.py", "adjacency_rows_fast"): (("adjacency_row",),
+                                            "return np.stack([adjacency_row(g, positions, vectors) for g in grads])"),
     # Not twins, but forms that would give a blanked function's answer away (tests/test_handout_leaks.py):
     # in a handout they too run the student's function. log_softmax shows softmax's max subtraction;
     # gelu_backward spells out gelu's tanh form, so it becomes the derivative of the student's gelu, by

@@ -7,6 +7,7 @@
     python circuits.py attribution --clean T --corrupted U --answer A --wrong B --site SITE
     python circuits.py path        --clean T --corrupted U --answer A --wrong B --source L.H --component q|k|v
     python circuits.py heads       --text T|random:N --pattern previous|duplicate|induction [--seed S]
+    python circuits.py graph|intervene PROMPT --transcoders TC0 TC1 ... (tracing.py's: interface/graph_cli.py)
 
 Every command takes --model, --models-dir and --base-url, --json (one object on stdout), --html FILE
 (the result as a heatmap, interface/circuits_page.py), and --sae SAE_DIR with --use-error-term and
@@ -23,7 +24,7 @@ import sys
 import numpy as np
 
 import circuits
-from interface import loading
+from interface import graph_cli, loading
 from interface.options import array_module, at_least, check_page_folder, device_flag, folded, model_flags, on_device, \
     sae_flags, sae_splice, spliced_line, threads_flag, user_message
 from plumbing import device
@@ -119,8 +120,11 @@ def parse_args(argv):
         threads_flag(sub)
         device_flag(sub)
         sub.error = fail
+    graph_cli.add_commands(commands)
     p.error = fail
     args = p.parse_args(argv)
+    if args.command in graph_cli.COMMANDS:
+        return graph_cli.checked(args)
     for flag in ("clean", "corrupted", "text"):
         if getattr(args, flag, None) == "":
             fail(f"--{flag} is empty: give a text")
@@ -140,7 +144,7 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return exit_status(lambda: run(args), user_message)
+    return exit_status(lambda: (graph_cli.run if args.command in graph_cli.COMMANDS else run)(args), user_message)
 
 
 def run(args):

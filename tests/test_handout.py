@@ -345,6 +345,20 @@ encoder, hp, params = loading.load_model(os.path.join("trained", "model.gguf"))
 ids = encoder.encode("Alan Turing theorized that")
 print([int(t[0]) for t in g.generate(ids, params, hp, n_tokens=6, top_k=1)], float(params["blocks"][0]["mlp"]["c_proj"]["w"].sum()))
 """
+GRAPH = """import numpy as np
+import tracing
+from interface import loading
+encoder, hp, params = loading.load_model("model")
+rng = np.random.default_rng(0)
+C, d = hp["n_embd"], 16
+tcs = [{"W_enc": rng.standard_normal((C, d)).astype(np.float32), "b_enc": (rng.standard_normal(d) * 0.3 - 0.2).astype(
+    np.float32), "W_dec": (rng.standard_normal((d, 1, C)) * 0.4).astype(np.float32), "b_dec": np.zeros(C, np.float32),
+    "activation": "relu"} for _ in range(hp["n_layer"])]
+ids = tracing.prompt_ids(encoder.encode(TEXT), encoder.eot, hp["n_ctx"])
+graph = tracing.attribution_graph(params, hp, ids, tcs)
+nodes, edges, _ = tracing.prune_graph(graph)
+print(len(graph["active_features"]), int(nodes.sum()), int(edges.sum()), [round(s, 4) for s in tracing.graph_scores(graph)])
+"""
 PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the project
     "generate": ["gpt2_numpy.py", "--model", "model", "--seed", "1", "--top-k", "20", "--top-p", "0.9", "--n-tokens",
                  "8", "--quiet", PROMPT],
@@ -391,6 +405,7 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
               "blocks.1.hook_resid_pre", "--position", "mean", "--method", "logistic", "--out", "trained", "--json",
               "--quiet"],
     "data_parallel": ["-c", notebook.DATA_PARALLEL, "model", "notes.txt", "trained"],  # two ranks as two threads
+    "graph": ["-c", GRAPH.replace("TEXT", repr(PROMPT))],
 }
 # Bodies a student might write by mistake: each runs, but the program's output changes.
 WRONG = {

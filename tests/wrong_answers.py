@@ -112,6 +112,8 @@ WRONG_ANSWERS = {  # function: [(body, or (old, new) in the right body), what is
                           ".mean())", "every position's difference, not the last one's")],
     "patch_hook": [("def hook(act, name):\n    return clean.copy()\n\nreturn hook", "the whole activation, not the cell")],
     "dla_component": [("return ((component / scale) * direction).sum(-1)", "not centred")],
+    "adjacency_row": [("return (grad[positions - 1] * vectors).sum(-1)", "the gradient one position early"),
+                      ("return grad[positions].sum(-1) * vectors.sum(-1)", "the sums' product, not the dot product")],
     "activation_grads": [("ids = checked_ids(ids, params)\n"
                           "kept, top = training_forward(ids, params, hparams, 0.1, np.random.default_rng(0))\n"
                           "model_backward(ids, kept, top, params, hparams, matmul(dlogits, params['wte']), p_drop=0.1, "
