@@ -114,7 +114,7 @@ def frozen_scale_backward(x, g, dy, eps=LAYER_NORM_EPS):
     subtraction and g stay,  dx = (dx̂ - mean(dx̂)) / √(var + eps),  dx̂ = dy g.  x [1 or B, T, C], dy [B, T, C]
     -> dx [B, T, C], and None, None (no dg, db: its weights are frozen)"""
     d = dy * g
-    d = d - d.mean(-1, keepdims=True)
+    d -= d.mean(-1, keepdims=True)
     return d / np.sqrt(np.var(x, axis=-1, keepdims=True) + eps), None, None
 
 

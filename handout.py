@@ -317,7 +317,7 @@ TWINS = {
     ("data_parallel.py", "ring_allreduce_fast"): (("ring_allreduce",),
                                                  "ring_allreduce(comm, x)\nreturn lambda: None"),
     ("tracing.py", "adjacency_rows_fast"): (("adjacency_row",),
-                                            "return np.stack([adjacency_row(g, positions, vectors) for g in grads])"),
+                                            "return adjacency_rows(grads, positions, vectors)"),
     # Not twins, but forms that would give a blanked function's answer away (tests/test_handout_leaks.py):
     # in a handout they too run the student's function. log_softmax shows softmax's max subtraction;
     # gelu_backward spells out gelu's tanh form, so it becomes the derivative of the student's gelu, by

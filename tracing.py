@@ -221,8 +221,13 @@ def adjacency_row(grad, positions, vectors):
     return (grad[positions] * vectors).sum(-1)
 
 
+def adjacency_rows(grads, positions, vectors):
+    """adjacency_row for each of a batch of targets: grads [B, T, C] -> [B, n]."""
+    return np.stack([adjacency_row(grad, positions, vectors) for grad in grads])
+
+
 def adjacency_rows_fast(grads, positions, vectors):
-    """adjacency_row for a batch of targets at once: grads [B, T, C], positions [n] ascending -> [B, n]. The sources
+    """adjacency_rows as matrix products: positions [n] ascending -> [B, n]. The sources
     of one position are one matrix product, grads[:, p] @ vectors[those]ᵀ (adjacency_row would gather n rows of C
     for every target)."""
     out = np.empty((len(grads), len(positions)), np.float32, like=grads)
