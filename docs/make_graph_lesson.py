@@ -6,9 +6,7 @@ graph of one prompt, its page and a screenshot of it. Dev-only: Debian's chromiu
 
 1. For each layer L: python sae.py train --site blocks.L.ln2.hook_normalized --site-out blocks.L.hook_mlp_out
    --architecture standard ... --out OUT_DIR/tc/L, on data/tinyshakespeare.txt's first 90% (the model's own
-   training text; /work/shared/data/ or $TINYSHAKESPEARE). Where sae.py train does not take --site-out (before
-   its transcoder training landed), the transcoder is fitted here instead, with the same loss (SAELens's: Σ (ŷ - y)²
-   + C Σ f ‖W_dec‖, by hand, Adam) and written as SAELens's transcoder folder; the script says which it did.
+   training text; /work/shared/data/ or $TINYSHAKESPEARE).
 2. python circuits.py graph PROMPT --model tests/data/shakespeare --transcoders OUT_DIR/tc/0 OUT_DIR/tc/1
    --out docs/graph_lesson.json --npz OUT_DIR/graph.npz --html OUT_DIR/graph.html
 3. chromium's screenshot of the page, the most influential feature chosen (PAGE.html#ID): docs/graph_lesson.png
@@ -28,7 +26,6 @@ import numpy as np  # noqa: E402
 
 import sae as S  # noqa: E402
 from interface import loading  # noqa: E402
-from plumbing.sae_files import save_sae  # noqa: E402
 
 MODEL = os.path.join(ROOT, "tests", "data", "shakespeare")
 PROMPT = "ROMEO:\nI will not go.\n\nJULI"
@@ -45,46 +42,21 @@ def text():
     sys.exit("no tinyshakespeare.txt: set $TINYSHAKESPEARE")
 
 
-def train_with_sae_py(layer, data, out):
-    """sae.py train, as the sae branch's transcoder training takes it. -> True if it did"""
+def train(layer, data, out):
+    """sae.py train: a ReLU transcoder from the MLP's input to its output at this layer."""
     r = subprocess.run([sys.executable, os.path.join(ROOT, "sae.py"), "train", "--model", MODEL, "--data", data,
                         "--site", f"blocks.{layer}.ln2.hook_normalized", "--site-out", f"blocks.{layer}.hook_mlp_out",
                         "--architecture", "standard", "--d-sae", str(D_SAE), "--l1", str(L1), "--tokens", str(TOKENS),
                         "--batch-tokens", str(BATCH), "--lr", str(LR), "--context", str(CONTEXT), "--out", out,
                         "--quiet"], capture_output=True, text=True)
-    if r.returncode == 0:
-        return True
-    if "--site-out" in r.stderr:  # not there yet: fitted here
-        return False
-    sys.exit(f"sae.py train failed:\n{r.stderr}")
-
-
-def fit_transcoder(x, y, layer, seed=0):
-    """A ReLU transcoder fitted here: f = ReLU(x W_enc + b_enc), ŷ = f W_dec + b_dec, loss Σ_d (ŷ - y)² + C Σ_i f_i
-    ‖W_dec[i]‖, the means over tokens, Adam (sae.adam_step) from SAELens's initialisation (sae.new_sae)."""
-    tc = S.new_sae(x.shape[1], D_SAE, seed=seed, apply_b_dec_to_input=False, metadata={
-        "hook_name": f"blocks.{layer}.ln2.hook_normalized", "hook_name_out": f"blocks.{layer}.hook_mlp_out"})
-    tc["cfg"].update(architecture="transcoder", d_out=y.shape[1])
-    state, rng = S.new_adam_state(tc), np.random.default_rng(seed)
-    for step in range(TOKENS // BATCH):
-        at = rng.integers(0, len(x), BATCH)
-        xb, yb = x[at], y[at]
-        h = xb @ tc["W_enc"] + tc["b_enc"]
-        f = np.maximum(h, 0)
-        norms = S.decoder_norms(tc["W_dec"])
-        dy = 2 * (f @ tc["W_dec"] + tc["b_dec"] - yb) / BATCH
-        dh = (dy @ tc["W_dec"].T + L1 / BATCH * norms) * (h > 0)
-        grads = {"W_enc": xb.T @ dh, "b_enc": dh.sum(0), "b_dec": dy.sum(0),
-                 "W_dec": f.T @ dy + (L1 / BATCH * f.sum(0) / norms)[:, None] * tc["W_dec"]}
-        S.adam_step(tc, {k: v.astype(np.float32) for k, v in grads.items()}, state, LR)
-    return tc
+    if r.returncode != 0:
+        sys.exit(f"sae.py train failed:\n{r.stderr}")
 
 
 def explained(tc, x, y):
     """The fraction of y's variance the transcoder's output explains, and its L0."""
-    f = np.maximum(x @ tc["W_enc"] + tc["b_enc"], 0)
-    err = f @ tc["W_dec"] + tc["b_dec"] - y
-    return 1 - (err ** 2).sum() / ((y - y.mean(0)) ** 2).sum(), float((f > 0).sum(-1).mean())
+    out, f, _ = S.forward(x, tc)
+    return 1 - ((out - y) ** 2).sum() / ((y - y.mean(0)) ** 2).sum(), float((f > 0).sum(-1).mean())
 
 
 def main():
@@ -99,13 +71,9 @@ def main():
         folder = os.path.join(out, "tc", str(layer))
         x, y = (S.gather_all(rows, params, hp, f"blocks.{layer}.{site}", batch=64).reshape(-1, hp["n_embd"])
                 for site in ("ln2.hook_normalized", "hook_mlp_out"))
-        if train_with_sae_py(layer, f.name, folder):
-            how = "sae.py train"
-        else:
-            save_sae(folder, fit_transcoder(x, y, layer))
-            how = "fitted here (sae.py train takes no --site-out yet)"
+        train(layer, f.name, folder)
         variance, l0 = explained(loading.load_sae(folder), x, y)
-        print(f"layer {layer}: {how}; explained variance {variance:.3f}, L0 {l0:.1f} of {D_SAE}")
+        print(f"layer {layer}: explained variance {variance:.3f}, L0 {l0:.1f} of {D_SAE}")
     os.remove(f.name)
     page, png = os.path.join(out, "graph.html"), os.path.join(HERE, "graph_lesson.png")
     r = subprocess.run([sys.executable, os.path.join(ROOT, "circuits.py"), "graph", PROMPT, "--model", MODEL,
