@@ -25,7 +25,7 @@ import numpy as np
 
 import circuits
 from interface import graph_cli, loading
-from interface.options import array_module, at_least, check_page_folder, device_flag, folded, model_flags, on_device, \
+from interface.options import array_module, at_least, check_output_file, device_flag, folded, model_flags, on_device, \
     sae_flags, sae_splice, spliced_line, threads_flag, user_message
 from plumbing import device
 from plumbing.errors import UserError, exit_status, fail, plural
@@ -138,7 +138,7 @@ def parse_args(argv):
     if getattr(args, "by", None) == "latent" and not args.sae:
         fail("--by latent goes with --sae: the latents are an SAE's")
     if args.html:
-        check_page_folder(args.html)
+        check_output_file(args.html)
     return args
 
 

@@ -28,7 +28,7 @@ import look_inside
 import parameters
 from interface import loading
 from interface.bpe_cli import shown_token
-from interface.options import (array_module, at_least, check_page_folder, device_flag, folded, model_flags, number,
+from interface.options import (array_module, at_least, check_output_file, device_flag, folded, model_flags, number,
                                on_device, sae_flags, sae_splice, spliced_line, threads_flag, user_message)
 from plumbing import shapes
 from plumbing.checkpoint import load_checkpoint
@@ -85,7 +85,7 @@ def parse_args(argv):
     if args.tuned_lens and not (args.lens or args.html):
         fail("--tuned-lens goes with --lens or --html: the logit lens and the tuned lens, side by side")
     if args.html:
-        check_page_folder(args.html)
+        check_output_file(args.html)
     return args
 
 

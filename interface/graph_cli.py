@@ -24,7 +24,8 @@ import numpy as np
 
 import tracing
 from interface import loading
-from interface.options import array_module, at_least, device_flag, model_flags, number, on_device, threads_flag
+from interface.options import (array_module, at_least, check_output_file, device_flag, model_flags, number, on_device,
+                               threads_flag)
 from plumbing import clt_files, device
 from plumbing.errors import UserError, fail
 from plumbing.folders import whole_file
@@ -116,11 +117,9 @@ def checked(args):
             fail(f"--{flag.replace('_', '-')} must be a number in (0, 1], got {value}")
     if args.prompt == "":
         fail("the prompt is empty: give a text")
-    for path in (getattr(args, k, None) for k in ("out", "npz", "html", "logits")):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            fail(f"{path}: its folder {os.path.dirname(os.path.abspath(path))} does not exist")
-        if path and os.path.isdir(path):
-            fail(f"{path} is a folder: give a file's name")
+    for flag, ending in (("out", None), ("npz", None), ("html", None), ("logits", ".npy")):
+        if getattr(args, flag, None):
+            check_output_file(getattr(args, flag), ending, f"--{flag}")
     return args
 
 

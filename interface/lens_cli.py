@@ -26,7 +26,8 @@ import lens as LENS
 import look_inside
 from interface import loading
 from interface.bpe_cli import shown_token
-from interface.options import array_module, at_least, device_flag, model_flags, number, on_device, threads_flag
+from interface.options import (array_module, at_least, check_output_file, device_flag, model_flags, number, on_device,
+                               threads_flag)
 from plumbing import lens_files
 from plumbing.corpus import jsonl_objects, read_documents
 from plumbing.device import host
@@ -98,7 +99,7 @@ def check_flags(args):
         if not args.text:
             fail("read needs a text")
         if args.logits:
-            check_npy(args.logits)
+            check_output_file(args.logits, ".npy", "--logits")
     if args.command == "train":
         try:
             LENS.check_training(args.steps, args.batch_size, args.lr_scale,
@@ -121,14 +122,6 @@ def check_flags(args):
             check_new_folder(args.out, "choose a new folder")
         except UserError as e:
             fail(str(e))
-
-
-def check_npy(path):
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        fail(f"{path}: its folder {folder} does not exist")
-    if not path.endswith(".npy"):
-        fail(f"--logits writes a .npy file: {path} should end in .npy")
 
 
 def message(e):

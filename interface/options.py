@@ -6,7 +6,7 @@ flags' own words, and a whole number from a flag.
     user_message(e)        a UserError about the Python API's top_k, as the command line's --top-k
     at_least(1)            an argparse type: a whole number no smaller than 1 ("--num-beams must be at least 1, got 0")
     number                 an argparse type: a number ("--top-p must be a number, got 'x'")
-    check_page_folder(f)   --html FILE's folder is there, before any work
+    check_output_file(f)   an output file's folder is there, before any work
     sae_flags(parser)      --sae, --use-error-term, --center-writing-weights, --fold-ln: an SAE spliced in (sae.py)
     device_flag(parser)    --device cpu|gpu (else $GPT2_DEVICE): where the arrays live (plumbing/device.py)
     array_module(args)     the flag's array module, numpy or cupy, once a GPU has answered: before any work
@@ -122,12 +122,17 @@ def restore_flags(args, saved, not_saved, fixed=()):
     return changed
 
 
-def check_page_folder(path):
-    """--html FILE: its folder must be there (a page is not a model: no folder is made for it), said
-    before any work rather than once the page is ready to write."""
+def check_output_file(path, ending=None, flag=None):
+    """A file a command writes (--html, --logits, ...): its folder must be there (no folder is made for it), and
+    path not a folder's, and ending in `ending` where its format has one: said before any work rather than once
+    the output is ready to write."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         fail(f"{path}: its folder {folder} does not exist")
+    if os.path.isdir(path):
+        fail(f"{path} is a folder: give a file's name")
+    if ending and not path.endswith(ending):
+        fail(f"{flag} writes a {ending} file: {path} should end in {ending}")
 
 
 def sae_flags(parser):

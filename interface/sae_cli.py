@@ -30,7 +30,7 @@ import numpy as np
 import data_parallel
 import sae as S
 from interface import loading
-from interface.options import (CENTRED_HELP, FOLD_LN_HELP, array_module, at_least, check_page_folder, device_flag,
+from interface.options import (CENTRED_HELP, FOLD_LN_HELP, array_module, at_least, check_output_file, device_flag,
                                folded, model_flags, number, on_device, restore_flags, threads_flag, user_message)
 from plumbing import device, mpi, sae_files
 from plumbing.errors import (Terminated, UserError, ctrl_c_waits, exit_status, fail, given_flags, plural, read_json,
@@ -167,7 +167,7 @@ def parse_args(argv):
         except UserError as e:
             fail(str(e))
     if getattr(args, "html", None):
-        check_page_folder(args.html)
+        check_output_file(args.html)
     return args
 
 

@@ -14,7 +14,6 @@ work), 130 interrupted; nothing is written unless the command ends well.
 """
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
@@ -22,7 +21,8 @@ import numpy as np
 import gpt2_numpy as g
 import steer as S
 from interface import loading
-from interface.options import array_module, at_least, device_flag, model_flags, number, on_device, threads_flag
+from interface.options import (array_module, at_least, check_output_file, device_flag, model_flags, number, on_device,
+                               threads_flag)
 from plumbing.errors import UserError, exit_status, fail, plural, read_text
 from plumbing.folders import whole_file
 
@@ -125,11 +125,7 @@ def check_flags(args, argv):
         if args.aggregator not in S.AGGREGATORS:
             fail(f"--aggregator must be {' or '.join(S.AGGREGATORS)}, got {args.aggregator!r}")
     if args.logits:
-        folder = os.path.dirname(os.path.abspath(args.logits))
-        if not os.path.isdir(folder):
-            fail(f"{args.logits}: its folder {folder} does not exist")
-        if not args.logits.endswith(".npy"):
-            fail(f"--logits writes a .npy file: {args.logits} should end in .npy")
+        check_output_file(args.logits, ".npy", "--logits")
 
 
 def message(e):

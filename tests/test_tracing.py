@@ -14,6 +14,7 @@ import gpt2_numpy as g
 import tracing
 from plumbing import clt_files, hf_model, sae_files
 from plumbing.errors import UserError
+from test_circuits import cli, loaded_once  # noqa: F401  (circuits.py's command line; its models read once)
 
 GOLDEN = np.load(os.path.join(DATA, "tracing_golden.npz"))
 CASES = ("relu", "jumprelu", "topk", "skip", "clt")
@@ -114,7 +115,7 @@ def test_a_cross_layer_transcoders_folder_missing_a_file_is_one_line(tmp_path):
 def frozen_forward(params, hp, ids, clean, delta):
     """The model frozen by hand (float64): the attention weights, each layer norm's √(var + ε) and each MLP's output
     the clean run's (`clean`), delta [T, C] added to the embeddings. -> ln_f's output [T, C]"""
-    eps, inputs = g.layer_norm_eps(hp), {}
+    inputs = {}
 
     def hook(name, x):
         stage = name.partition(".")[2]
@@ -135,7 +136,7 @@ def frozen_forward(params, hp, ids, clean, delta):
 
 
 def clean_values(params, hp, ids):
-    clean, inputs = {}, {}
+    clean = {}
 
     def hook(name, x):
         stage = name.partition(".")[2]
@@ -370,34 +371,6 @@ def test_graph_json_is_create_graph_files_own(graphs):
 PROMPT = "The cat sat on the mat, and the dog"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def loaded_once():
-    """The command line's model, read from its folder once for this file's tests (most of it the vocabulary)."""
-    from interface import loading
-
-    read, kept = loading.load_model, {}
-
-    def load_model(*args, **kw):
-        key = (args, tuple(sorted(kw.items())))
-        if key not in kept:
-            kept[key] = read(*args, **kw)
-        return kept[key]
-
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(loading, "load_model", load_model)
-        yield
-
-
-def cli(capsys, *argv):
-    """circuits.py's main in this process: -> (exit status, stdout, stderr)."""
-    from interface import circuits_cli
-
-    try:
-        code = circuits_cli.main(list(argv))
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def graph_argv(tmp_path, *more, kind="relu"):
