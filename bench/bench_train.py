@@ -50,12 +50,23 @@ def medians(times):
     return {k: statistics.median(v[1:] or v) for k, v in times.items()}
 
 
+def use_threads(n):
+    """BLAS's threads (and so the element-wise work's, plumbing/parallel.py's) in this process, NumPy loaded: n.
+    The environment no longer counts once NumPy has loaded; this asks OpenBLAS itself (plumbing/blas.py)."""
+    from plumbing.blas import blas_threads, set_threads
+    set_threads(n)
+    assert blas_threads() == n, (blas_threads(), n)
+
+
 def numpy_step(args):
     import numpy as np
 
     import optimizer
     import train
     from plumbing.checkpoint import load_checkpoint
+    from plumbing.memory import keep_freed_memory
+    use_threads(args.threads)
+    keep_freed_memory()  # as train.py's command does (interface/start.py)
     hp, params = load_checkpoint(args.folder)
     params = train.writable_copy(params)  # the read-only file views are dropped here
     state, buffers = optimizer.new_adamw_state(params), {}
@@ -82,6 +93,7 @@ def gemm_work(args):
     """Each matrix product of one step (forward, both backward products, the tied head) at
     its own shape, into a preallocated output, median of 5."""
     import numpy as np
+    use_threads(args.threads)
     B, T, C, V, L = args.batch_size, args.context, 768, 50257, 12
     N, H, D = B * T, 12, 64
     rng = np.random.default_rng(0)
