@@ -523,7 +523,7 @@ def blocked_attention_fast(q, k, v, block=128):
     n_past, m = k.shape[-2] - n_queries, min(block, n_queries)
     out, q, k_t = np.empty_like(q), q * (1.0 / math.sqrt(D)), k.swapaxes(-1, -2)
     room = np.empty(B * H * m * k.shape[-2], np.result_type(q, k), like=q)  # one block's scores, made once
-    mask = causal_mask(m, like=q)
+    mask = causal_mask(m, like=q) if m > 1 else None  # a decoded token sees every key
     for start in range(0, n_queries, block):
         end = min(start + block, n_queries)
         s = np.matmul(q[..., start:end, :], k_t[..., :n_past + end], out=room[:B * H * (end - start) * (n_past + end)]
@@ -533,7 +533,7 @@ def blocked_attention_fast(q, k, v, block=128):
         def softmax_numerators(share):  # exp(s - max s) in place, and its row sums, for a few heads at a time
             for h in share:
                 x = heads[h]
-                if end - start > 1:
+                if mask is not None:
                     x[..., start - end:] += mask[:end - start, :end - start]
                 x -= x.max(axis=-1, keepdims=True)
                 np.exp(x, out=x)
