@@ -505,42 +505,39 @@ def check_sampling(n_tokens, temperature, top_k, top_p, n_samples, min_p=0.0, re
 # ============================================================================
 # 7. The hot path's forms
 # ============================================================================
-# The same arithmetic as the plain functions above, arranged for speed; a test holds each equal to its plain form,
-# and in a handout each calls the student's (handout.py's TWINS). The element-wise work runs a few rows at a time
-# on BLAS's threads (plumbing/parallel.py: one thread given is one core); the matrix products stay on BLAS's.
+# The plain functions' arithmetic arranged for speed, each held equal to its plain form by a test; in a handout each
+# calls the student's (handout.py's TWINS). The element-wise work runs a few rows at a time on BLAS's threads.
 
 def layer_norm_fast(x, g, b, eps=LAYER_NORM_EPS):
-    """layer_norm(x, g, b, eps), a few rows at a time on BLAS's threads, each chunk's passes in the cache.   [..., C]"""
+    """layer_norm, a few rows at a time on BLAS's threads (plumbing/parallel.py), each chunk's passes in the cache."""
     return in_chunks(lambda rows: layer_norm(rows, g, b, eps), x)
 
 
 def blocked_attention_fast(q, k, v, block=128):
-    """blocked_attention(q, k, v, block) with each block's softmax folded into its product: with e = exp(s - max s),
-    softmax(s) v = (e v) / Σ e, so the division is on the [Tq, D] output, not the [Tq, Tk] weights; the scores are
-    scaled, masked and exp'd in place, in one array, a head at a time on BLAS's threads, each head's rows in the
-    cache, while the products run on BLAS's.   q [B, H, Tq, D], k, v [B, H, Tk, D] -> [B, H, Tq, D]"""
+    """blocked_attention with each block's softmax folded into its product: softmax(s) v = (e v) / Σ e, e = exp(s -
+    max s), so the division is on the [Tq, D] output, not the [Tq, Tk] weights; the scores are masked and exp'd in
+    place, a head at a time on BLAS's threads (each in the cache), the products on BLAS's.   -> [B, H, Tq, D]"""
     B, H, n_queries, D = q.shape
     n_past, m = k.shape[-2] - n_queries, min(block, n_queries)
     out, q, k_t = np.empty_like(q), q * (1.0 / math.sqrt(D)), k.swapaxes(-1, -2)
     room = np.empty(B * H * m * k.shape[-2], np.result_type(q, k), like=q)  # one block's scores, made once
     mask = causal_mask(m, like=q) if m > 1 else None  # a decoded token sees every key
     for start in range(0, n_queries, block):
-        end = min(start + block, n_queries)
-        s = np.matmul(q[..., start:end, :], k_t[..., :n_past + end], out=room[:B * H * (end - start) * (n_past + end)]
-                      .reshape(B, H, end - start, n_past + end))  # [B, H, m, Tk]
-        heads, sums = s.reshape(B * H, end - start, n_past + end), np.empty((B * H, end - start, 1), s.dtype, like=q)
+        n, keys = min(block, n_queries - start), n_past + min(start + block, n_queries)
+        s = np.matmul(q[..., start:start + n, :], k_t[..., :keys], out=room[:B * H * n * keys].reshape(B, H, n, keys))
+        heads, sums = s.reshape(B * H, n, keys), np.empty((B * H, n, 1), s.dtype, like=q)
 
-        def softmax_numerators(share):  # exp(s - max s) in place, and its row sums, for a few heads at a time
+        def numerators(share):  # exp(s - max s) in place, and its row sums, a few heads at a time
             for h in share:
                 x = heads[h]
                 if mask is not None:
-                    x[..., start - end:] += mask[:end - start, :end - start]
+                    x[..., -n:] += mask[:n, :n]
                 x -= x.max(axis=-1, keepdims=True)
                 np.exp(x, out=x)
                 np.sum(x, axis=-1, keepdims=True, out=sums[h])
 
-        many = s.size > CHUNK and not on_device(s)  # else all the heads at once: a decoded token's few scores
-        shared_among_cores(softmax_numerators, [slice(h, h + 1) for h in range(B * H)] if many else [slice(None)])
-        z = np.matmul(s, v[..., :n_past + end, :], out=out[..., start:end, :])
-        z /= sums.reshape(B, H, end - start, 1)
+        many = s.size > CHUNK and not on_device(s)  # else every head at once: a decoded token's few scores
+        shared_among_cores(numerators, [slice(h, h + 1) for h in range(B * H)] if many else [slice(None)])
+        np.matmul(s, v[..., :keys, :], out=out[..., start:start + n, :])
+        out[..., start:start + n, :] /= sums.reshape(B, H, n, 1)
     return out

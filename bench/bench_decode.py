@@ -65,7 +65,6 @@ def main():
     args = p.parse_args()
     if args.threads:
         set_threads(args.threads)
-    keep_freed_memory()  # as gpt2_numpy.py's command does (interface/start.py)
     hp, params = load_checkpoint(args.folder)
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, hp["n_vocab"], 16).tolist()
@@ -86,4 +85,5 @@ def main():
 
 
 if __name__ == "__main__":
+    keep_freed_memory()  # as gpt2_numpy.py's command does (interface/start.py)
     main()
