@@ -37,6 +37,9 @@ from plumbing import blas, device
 
 CORES = os.cpu_count() or 1
 CHUNK = 1 << 16  # floats: a chunk's arrays (AdamW's p, g, m, v and two scratch) stay in the cache
+WHOLE = 1 << 21  # floats (8 MB): on one thread, in_chunks makes one call of an array up to this size, which stays in
+# the last cache with its temporaries (with freed memory kept, plumbing/memory.py, no fresh pages either): chunks
+# there only add their copies (docs/performance.md)
 
 # The other cores' workers, started once: a pool made at every call spends its time starting
 # threads and taking locks, a large share of a small model's training step (docs/performance.md).
@@ -85,13 +88,14 @@ def in_chunks(rowwise, *arrays):
     """rowwise(*arrays) for arrays of one shape and a function that works on each row (the last
     axis) alone, element-wise ones included, computed a few rows (about CHUNK elements) at a
     time on threads() threads: each chunk's temporaries stay in the cache, where one pass over the
-    whole arrays per operation would go to main memory each time.   [..., N] -> [..., N]"""
+    whole arrays per operation would go to main memory each time. An array that fits one chunk, or on one thread
+    WHOLE, is one call of the function itself.   [..., N] -> [..., N]"""
     if device.on_device(arrays[0]):  # one call, one kernel if the function has a fused twin
         fused = device.twin(rowwise, device.module_of(arrays[0]))
         return (fused or rowwise)(*arrays)
     n = arrays[0].shape[-1]
     step = max(1, CHUNK // n)
-    if arrays[0].size <= step * n:  # one chunk: the function itself, no copy (a decoded token's rows)
+    if arrays[0].size <= (WHOLE if threads() == 1 else step * n):  # one call, no copy (a decoded token's rows)
         return rowwise(*arrays)
     rows = [a.reshape(-1, n) for a in arrays]
     out = np.empty_like(rows[0])
