@@ -516,12 +516,14 @@ def layer_norm_fast(x, g, b, eps=LAYER_NORM_EPS):
 def blocked_attention_fast(q, k, v, block=128):
     """blocked_attention with each block's softmax folded into its product: softmax(s) v = (e v) / Σ e, e = exp(s -
     max s), so the division is on the [Tq, D] output, not the [Tq, Tk] weights; the scores are masked and exp'd in
-    place, a head at a time on BLAS's threads (each in the cache), the products on BLAS's.   -> [B, H, Tq, D]"""
+    place, a head at a time on BLAS's threads (each in the cache), the products on BLAS's. Up to one block of queries
+    it is attention() itself, bit for bit what a hooked pass computes.   -> [B, H, Tq, D]"""
     B, H, n_queries, D = q.shape
-    n_past, m = k.shape[-2] - n_queries, min(block, n_queries)
+    if n_queries <= block:
+        return attention(q, k, v)
+    n_past, mask = k.shape[-2] - n_queries, causal_mask(block, like=q)
     out, q, k_t = np.empty_like(q), q * (1.0 / math.sqrt(D)), k.swapaxes(-1, -2)
-    room = np.empty(B * H * m * k.shape[-2], np.result_type(q, k), like=q)  # one block's scores, made once
-    mask = causal_mask(m, like=q) if m > 1 else None  # a decoded token sees every key
+    room = np.empty(B * H * block * k.shape[-2], np.result_type(q, k), like=q)  # one block's scores, made once
     for start in range(0, n_queries, block):
         n, keys = min(block, n_queries - start), n_past + min(start + block, n_queries)
         s = np.matmul(q[..., start:start + n, :], k_t[..., :keys], out=room[:B * H * n * keys].reshape(B, H, n, keys))
@@ -530,13 +532,12 @@ def blocked_attention_fast(q, k, v, block=128):
         def numerators(share):  # exp(s - max s) in place, and its row sums, a few heads at a time
             for h in share:
                 x = heads[h]
-                if mask is not None:
-                    x[..., -n:] += mask[:n, :n]
+                x[..., -n:] += mask[:n, :n]
                 x -= x.max(axis=-1, keepdims=True)
                 np.exp(x, out=x)
-                np.sum(x, axis=-1, keepdims=True, out=sums[h])
+                sums[h] = x.sum(axis=-1, keepdims=True)
 
-        many = s.size > CHUNK and not on_device(s)  # else every head at once: a decoded token's few scores
+        many = s.size > CHUNK and not on_device(s)  # else every head at once (a small model's few scores)
         shared_among_cores(numerators, [slice(h, h + 1) for h in range(B * H)] if many else [slice(None)])
         np.matmul(s, v[..., :keys, :], out=out[..., start:start + n, :])
         out[..., start:start + n, :] /= sums.reshape(B, H, n, 1)
