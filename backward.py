@@ -294,8 +294,9 @@ def cross_entropy_fast(logits, targets):
     masked = n < len(targets)  # instruction data; a window of text counts every position
     rows = rows_at_a_time(logits, LOGIT_ROWS)  # on a GPU, all at once: one launch each, not one a chunk
 
+    totals = {}  # each chunk's, summed in the chunks' order below: the same loss whichever thread took which
+
     def work(starts):
-        total = 0.0
         for i in starts:
             x, t = logits[i:i + rows], targets[i:i + rows]
             at = (np.arange(len(t), like=t), t)  # each row's target (like=: where the targets are)
@@ -309,10 +310,10 @@ def cross_entropy_fast(logits, targets):
             if masked:
                 x[~counted[i:i + rows]] = 0.0
                 losses = losses[counted[i:i + rows]]
-            total += float(losses.sum())
-        return total
+            totals[i] = float(losses.sum())
 
-    return sum(shared_among_cores(work, list(range(0, len(targets), rows)))) / n
+    shared_among_cores(work, list(range(0, len(targets), rows)))
+    return sum(totals[i] for i in sorted(totals)) / n
 
 
 def head_backward(xf, wte, targets, buffers=None, frozen=False):

@@ -8,6 +8,7 @@
   4. generation         the processors (penalties, top-k, top-p, min-p), sampling, stop strings, generate
   5. scoring            the next-token loss, score
   6. the checks at the door: clear errors for what NumPy would get wrong quietly
+  7. the hot path's forms: layer_norm_fast, blocked_attention_fast (the same arithmetic, faster; tests hold them equal)
 The entry point, above the imports, hands over to interface/gpt2_cli.py; finding and reading the weights is
 interface/loading.py's work. The model needs NumPy alone, and knows nothing of either.
 
@@ -30,8 +31,9 @@ import math
 
 import numpy as np
 
-from plumbing.device import host  # a GPU's array copied back to the host (NumPy alone until a GPU is asked for)
+from plumbing.device import host, on_device  # a GPU's array copied back to the host (NumPy alone until asked)
 from plumbing.errors import UserError, plural  # a ValueError the command line prints as one line (standard library)
+from plumbing.parallel import CHUNK, in_chunks, shared_among_cores  # the hot path's threads (section 7)
 from plumbing.shapes import LAYER_NORM_EPS  # GPT-2's facts (standard library only)
 
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)  # a Python float: see below
@@ -109,7 +111,7 @@ def lora_update(x, A, B, scale):
 def ffn(x, c_fc, c_proj, hook=no_hook):
     """The position-wise MLP: c_proj(gelu(c_fc(x))).   [B, T, C] -> [B, T, 4C] -> [B, T, C]"""
     h = hook("mlp.c_fc", linear(x, **c_fc))  # [B, T, 4C]
-    a = hook("mlp.gelu", gelu_fast(h))  # [B, T, 4C]
+    a = hook("mlp.gelu", in_chunks(gelu_fast, h))  # [B, T, 4C]
     return hook("mlp.out", linear(a, **c_proj))  # [B, T, C]
 
 
@@ -195,7 +197,7 @@ def mha(x, c_attn, c_proj, n_head, kv=None, hook=no_hook):
     if kv is not None:
         k, v = kv_append(kv, k, v)  # [B, H, past + T, D]
     if hook is no_hook:  # nobody looks at the weights, so the masked half need not exist
-        z = blocked_attention(q, k, v)
+        z = blocked_attention_fast(q, k, v)
     else:
         z = hook("attn.weights", softmax(hook("attn.scores", attention_scores(q, k)))) @ v
     return hook("attn.out", linear(merge_heads(hook("attn.z", z)), **c_proj))  # [B, H, T, D] -> [B, T, C]
@@ -216,9 +218,9 @@ def transformer_block(x, ln_1, attn, ln_2, mlp, hparams, kv=None, hook=no_hook):
     ffn. hparams give the heads (n_head) and the layer norms' eps."""
     eps = layer_norm_eps(hparams)
     x = hook("resid_pre", x)
-    x = hook("resid_mid", x + mha(hook("ln_1", layer_norm(x, **ln_1, eps=eps)), **attn, n_head=hparams["n_head"],
+    x = hook("resid_mid", x + mha(hook("ln_1", layer_norm_fast(x, **ln_1, eps=eps)), **attn, n_head=hparams["n_head"],
                                   kv=kv, hook=hook))
-    return hook("resid_post", x + ffn(hook("ln_2", layer_norm(x, **ln_2, eps=eps)), **mlp, hook=hook))
+    return hook("resid_post", x + ffn(hook("ln_2", layer_norm_fast(x, **ln_2, eps=eps)), **mlp, hook=hook))
 
 
 def block_hook(hook, i):
@@ -238,7 +240,7 @@ def gpt2_hidden(ids, params, hparams, kv_cache=None, last_only=False, hook=no_ho
     x = embed(ids, params["wte"], params["wpe"], kv_cache[0]["n"] if kv_cache else 0, hook)  # [B, T, C]
     for i, (block, kv) in enumerate(zip(params["blocks"], kv_cache or [None] * len(params["blocks"]))):
         x = transformer_block(x, **block, hparams=hparams, kv=kv, hook=block_hook(hook, i))
-    return hook("ln_f", layer_norm(x[:, -1:] if last_only else x, **params["ln_f"], eps=layer_norm_eps(hparams)))
+    return hook("ln_f", layer_norm_fast(x[:, -1:] if last_only else x, **params["ln_f"], eps=layer_norm_eps(hparams)))
 
 
 def gpt2(ids, params, hparams, kv_cache=None, last_only=False, hook=no_hook):
@@ -498,3 +500,45 @@ def check_sampling(n_tokens, temperature, top_k, top_p, n_samples, min_p=0.0, re
         if not ok:
             raise UserError(f"must be {rule}, got {value!r}", arg=arg)
 
+
+
+# ============================================================================
+# 7. The hot path's forms
+# ============================================================================
+# The plain functions' arithmetic arranged for speed, each held equal to its plain form by a test; in a handout each
+# calls the student's (handout.py's TWINS). The element-wise work runs a few rows at a time on BLAS's threads.
+
+def layer_norm_fast(x, g, b, eps=LAYER_NORM_EPS):
+    """layer_norm, a few rows at a time on BLAS's threads (plumbing/parallel.py), each chunk's passes in the cache."""
+    return in_chunks(lambda rows: layer_norm(rows, g, b, eps), x)
+
+
+def blocked_attention_fast(q, k, v, block=128):
+    """blocked_attention with each block's softmax folded into its product: softmax(s) v = (e v) / Σ e, e = exp(s -
+    max s), so the division is on the [Tq, D] output, not the [Tq, Tk] weights; the scores are masked and exp'd in
+    place, a head at a time on BLAS's threads (each in the cache), the products on BLAS's. Up to one block of queries
+    it is attention() itself, bit for bit what a hooked pass computes.   -> [B, H, Tq, D]"""
+    B, H, n_queries, D = q.shape
+    if n_queries <= block:
+        return attention(q, k, v)
+    n_past, mask = k.shape[-2] - n_queries, causal_mask(block, like=q)
+    out, q, k_t = np.empty_like(q), q * (1.0 / math.sqrt(D)), k.swapaxes(-1, -2)
+    room = np.empty(B * H * block * k.shape[-2], np.result_type(q, k), like=q)  # one block's scores, made once
+    for start in range(0, n_queries, block):
+        n, keys = min(block, n_queries - start), n_past + min(start + block, n_queries)
+        s = np.matmul(q[..., start:start + n, :], k_t[..., :keys], out=room[:B * H * n * keys].reshape(B, H, n, keys))
+        heads, sums = s.reshape(B * H, n, keys), np.empty((B * H, n, 1), s.dtype, like=q)
+
+        def numerators(share):  # exp(s - max s) in place, and its row sums, a few heads at a time
+            for h in share:
+                x = heads[h]
+                x[..., -n:] += mask[:n, :n]
+                x -= x.max(axis=-1, keepdims=True)
+                np.exp(x, out=x)
+                sums[h] = x.sum(axis=-1, keepdims=True)
+
+        many = s.size > CHUNK and not on_device(s)  # else every head at once (a small model's few scores)
+        shared_among_cores(numerators, [slice(h, h + 1) for h in range(B * H)] if many else [slice(None)])
+        np.matmul(s, v[..., :keys, :], out=out[..., start:start + n, :])
+        out[..., start:start + n, :] /= sums.reshape(B, H, n, 1)
+    return out

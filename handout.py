@@ -299,6 +299,10 @@ TWINS = {
     ("plumbing/gguf.py", "quantize_q8_0_fast"): (("quantize_block",), "return quantize_q8_0(x)"),
     ("plumbing/gguf.py", "dequantize_q8_0_fast"): (("dequantize_block",), "return dequantize_q8_0(raw, n)"),
     ("gpt2_numpy.py", "gelu_fast"): (("gelu",), "return gelu(x)"),
+    ("gpt2_numpy.py", "layer_norm_fast"): (("layer_norm",), "return layer_norm(x, g, b, eps)"),
+    ("gpt2_numpy.py", "blocked_attention_fast"): (
+        ("blocked_attention", "attention", "attention_weights", "attention_scores", "softmax"),
+        "return blocked_attention(q, k, v, block)"),
     ("bpe.py", "merge_fast"): (("merge_once", "merge"), "return self.merge(ids)"),
     ("bpe.py", "train_merges_fast"): (("pair_counts", "merge_pair", "learn_merge"),
                                       "return train_merges(text, n_merges, on_merge)"),

@@ -103,7 +103,12 @@ def main():
     p.add_argument("--what", choices=["prefill", "decode", "finetune-step", "scratch-step"], default="prefill")
     p.add_argument("--tokens", type=int, default=256, help="prefill length, or the decode prompt's")
     p.add_argument("--pairs", type=int, default=30)
+    p.add_argument("--threads", type=int, help="BLAS's threads (and so the element-wise work's); default: as loaded")
     args = p.parse_args()
+    if args.threads:
+        sys.path.insert(0, ROOT)
+        from plumbing.blas import set_threads
+        set_threads(args.threads)
     names = ["gpt2_numpy", "train", "optimizer"]
     ours = load_checkout(ROOT, names + [initialising(ROOT), "plumbing.checkpoint"])
     base = load_checkout(os.path.abspath(args.baseline), names)

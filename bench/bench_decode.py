@@ -1,7 +1,7 @@
 """Decode against its floor: how close one generated token comes to its matrix-vector products alone.
 
     python bench/make_random_checkpoint.py 124M          # once (needs tensorflow-cpu)
-    python bench/bench_decode.py [--folder DIR] [--rounds 15] [--tokens 32]
+    python bench/bench_decode.py [--folder DIR] [--rounds 15] [--tokens 32] [--threads N]
 
 A token of batch-1 decoding reads every weight once: per block c_attn, attn.c_proj, c_fc and
 mlp.c_proj, then the logits' wteᵀ. Those products alone, on the same memory-mapped arrays,
@@ -26,7 +26,9 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 import gpt2_numpy as g  # noqa: E402
+from plumbing.blas import set_threads  # noqa: E402
 from plumbing.checkpoint import load_checkpoint  # noqa: E402
+from plumbing.memory import keep_freed_memory  # noqa: E402
 
 
 def products(params):
@@ -59,7 +61,10 @@ def main():
     p.add_argument("--folder", default=os.path.join(HERE, "out", "124M-random"))
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--threads", type=int, help="BLAS's threads (and the element-wise work's); default: as loaded")
     args = p.parse_args()
+    if args.threads:
+        set_threads(args.threads)
     hp, params = load_checkpoint(args.folder)
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, hp["n_vocab"], 16).tolist()
@@ -80,4 +85,5 @@ def main():
 
 
 if __name__ == "__main__":
+    keep_freed_memory()  # as gpt2_numpy.py's command does (interface/start.py)
     main()

@@ -57,7 +57,9 @@ def ours(vocab_size, steps, seed=0):
     import parameters
     import train
     from plumbing import corpus
+    from plumbing.memory import keep_freed_memory
     from gpt2_numpy import gpt2, next_token_loss
+    keep_freed_memory()  # as train.py's command does (interface/start.py)
     from parameters import init_params
     from optimizer import new_adamw_state
 

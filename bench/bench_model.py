@@ -42,6 +42,11 @@ out = {"decode": [], "prefill": {T: [] for T in prefill_ids}}
 
 if WHICH in ("ours", "baseline"):
     import gpt2_numpy as g
+    try:
+        from plumbing.memory import keep_freed_memory
+        keep_freed_memory()  # as gpt2_numpy.py's command does (interface/start.py)
+    except ImportError:  # a baseline from before it
+        pass
 
     def decode():
         steps = g.generate(prompt.tolist(), params, hp, 128, temperature=0, stop=None)

@@ -16,7 +16,8 @@ The commands take --threads N; the forward pass, OMP/OPENBLAS/MKL_NUM_THREADS. W
 busy levels, workloads and thread counts take turns, so the machine's other work slows them alike;
 each figure is a median. The header names the machine, the commit, BLAS's kernel (threadpoolctl's
 answer where it is installed, else OpenBLAS's own), OPENBLAS_CORETYPE, and `uptime`'s load before
-and after. When OPENBLAS_CORETYPE is set, every run is made with it set and unset. Other benchmarks
+and after, and the CPU that OpenBLAS's idle thread burns spinning after a product (what keeps a thread of ours
+from the second core). When OPENBLAS_CORETYPE is set, every run is made with it set and unset. Other benchmarks
 must not run at the same time: `flock /work/bench.lock python bench/bench_threads.py`.
 """
 import argparse
@@ -139,13 +140,30 @@ except ImportError:
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip()
 
 
+SPIN = """import time, numpy as np
+a = np.ones((768, 768), np.float32)
+a @ a
+cpu = time.process_time()
+time.sleep(1.0)
+print(time.process_time() - cpu)
+"""
+
+
+def idle_spin():
+    """CPU seconds a process burns in a 1 s sleep right after one matrix product on 2 BLAS threads: OpenBLAS's
+    idle thread spinning for the next product (OPENBLAS_THREAD_TIMEOUT; docs/performance.md, the second core)."""
+    env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, "2")}
+    return float(subprocess.run([sys.executable, "-c", SPIN], env=env, capture_output=True, text=True).stdout)
+
+
 def header():
     with open("/proc/cpuinfo") as f:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit.stdout.strip()}, "
             f"{cpu}, {os.cpu_count()} cores; Python {sys.version.split()[0]}\n"
-            f"BLAS: {blas_kernel()}; OPENBLAS_CORETYPE {os.environ.get('OPENBLAS_CORETYPE', 'unset')}")
+            f"BLAS: {blas_kernel()}; OPENBLAS_CORETYPE {os.environ.get('OPENBLAS_CORETYPE', 'unset')}\n"
+            f"OpenBLAS's idle thread after one product on 2 threads: {idle_spin():.3f} s of CPU in a 1 s sleep")
 
 
 def load():

@@ -9,12 +9,14 @@ torch, and of llm.c, side by side, with the peak RSS and the step's GEMM work ti
 --side-by-side runs each contender in a process of its own, round after round (so drift on a
 shared machine hits them all alike), and prints the medians and the ratios within each round:
   numpy        train.py's own train_step (reused buffers, clipping folded into adamw_step_fast;
-               "AdamW" is that call, "forward and backward" the rest, gradient norm included),
-               with OPENBLAS_CORETYPE as this environment sets it and unset
-               (`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`); the kernel OpenBLAS chose is shown
+               "AdamW" is that call, "forward and backward" the rest, gradient norm included), on
+               --threads BLAS threads (plumbing.blas.set_threads: NumPy is loaded by then) and freed
+               memory kept as train.py's command keeps it (plumbing/memory.py), with OPENBLAS_CORETYPE
+               as this environment sets it and unset (`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`; the
+               kernel OpenBLAS chose is shown), and once with glibc's default (freed memory returned)
   gemm         every matrix product of that step alone, in NumPy, into preallocated outputs:
                the floor that the step's other work sits on
-  torch        transformers' GPT2LMHeadModel (sdpa, dropout 0) and torch.optim.AdamW, 2 threads;
+  torch        transformers' GPT2LMHeadModel (sdpa, dropout 0) and torch.optim.AdamW, --threads threads;
                also with glibc told to keep freed memory (MALLOC_MMAP_MAX_=0 ...)
   llm.c        train_gpt2.c built with OpenMP, on the same weights (not part of this project):
                    python bench/llmc_inputs.py --out /tmp/llmc     # its weights and data files
@@ -50,12 +52,24 @@ def medians(times):
     return {k: statistics.median(v[1:] or v) for k, v in times.items()}
 
 
+def use_threads(n):
+    """BLAS's threads (and so the element-wise work's, plumbing/parallel.py's) in this process, NumPy loaded: n.
+    The environment no longer counts once NumPy has loaded; this asks OpenBLAS itself (plumbing/blas.py)."""
+    from plumbing.blas import blas_threads, set_threads
+    set_threads(n)
+    assert blas_threads() == n, (blas_threads(), n)
+
+
 def numpy_step(args):
     import numpy as np
 
     import optimizer
     import train
     from plumbing.checkpoint import load_checkpoint
+    from plumbing.memory import keep_freed_memory
+    use_threads(args.threads)
+    if not os.environ.get("BENCH_FREED_MEMORY_RETURNED"):
+        keep_freed_memory()  # as train.py's command does (interface/start.py)
     hp, params = load_checkpoint(args.folder)
     params = train.writable_copy(params)  # the read-only file views are dropped here
     state, buffers = optimizer.new_adamw_state(params), {}
@@ -82,6 +96,7 @@ def gemm_work(args):
     """Each matrix product of one step (forward, both backward products, the tied head) at
     its own shape, into a preallocated output, median of 5."""
     import numpy as np
+    use_threads(args.threads)
     B, T, C, V, L = args.batch_size, args.context, 768, 50257, 12
     N, H, D = B * T, 12, 64
     rng = np.random.default_rng(0)
@@ -161,6 +176,7 @@ def run_one(args):
 CONTENDERS = {  # name -> (framework, environment changes; None removes a variable)
     "numpy, OPENBLAS_CORETYPE as set": ("numpy", {}),
     "numpy, OPENBLAS_CORETYPE unset": ("numpy", {"OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}),
+    "numpy, freed memory returned (glibc's default)": ("numpy", {"BENCH_FREED_MEMORY_RETURNED": "1"}),
     "GEMM alone, as set": ("gemm", {}),
     "GEMM alone, unset": ("gemm", {"OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}),
     "torch": ("torch", {}),

@@ -18,6 +18,7 @@ import signal
 import sys
 
 from plumbing.errors import ctrl_c_waits, exit_status
+from plumbing.memory import keep_freed_memory
 
 # BLAS's threads unless told: one. On a machine that other work shares, OpenBLAS's threads wait for
 # each other and run 3-7x slower than one; idle, a second saves about a tenth (docs/performance.md).
@@ -37,6 +38,7 @@ def usable_cpus():
 def start(cli):
     """Run interface/<cli>.py's main() as the program, its imports and its work inside exit_status."""
     use_threads(sys.argv[1:])
+    keep_freed_memory()  # the next step's arrays reuse this one's memory: no fresh pages (plumbing/memory.py)
     sys.exit(exit_status(lambda: main_of(cli)))
 
 

@@ -1,9 +1,16 @@
-"""Memory: what the OS can still give, and one refusal for a request that would not fit.
+"""Memory: what the OS can still give, one refusal for a request that would not fit, and freed memory kept.
 
 Caching every activation (look_inside.py) and training (train.py) can need more memory than
 the machine has; the OS would then swap or kill the process halfway. Both ask here first, and
 refuse in one line before anything is allocated.
+
+A forward pass or a training step makes and frees arrays of megabytes (a step at B=4, T=64 on 124M: its
+gradients alone are 500 MB). glibc's malloc hands large freed blocks back to the OS, so the next step's arrays
+are fresh pages again: a page fault and a page of zeros each, at first touch (a quarter of a step's CPU on one
+thread, docs/performance.md). keep_freed_memory() tells malloc to keep them for the next array; every command
+calls it as it starts (interface/start.py), a script or a notebook may too.
 """
+import ctypes
 import os
 
 from plumbing.errors import UserError
@@ -41,3 +48,20 @@ def size(n):
     while unit < len(UNITS) - 1 and n >= 1e12 * 1000 ** unit:
         unit += 1
     return f"{n / (1e9 * 1000 ** unit):,.1f} {UNITS[unit]}"
+
+
+
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # mallopt's parameters (glibc's malloc.h)
+
+
+def keep_freed_memory():
+    """glibc's malloc keeps what is freed, for the next arrays, instead of giving it back to the OS: no block of
+    its own mapping (M_MMAP_MAX 0; glibc still maps one where its heap cannot grow), and the heap never trimmed
+    (M_TRIM_THRESHOLD at its largest). The process's memory stays at its peak so far. -> True where it was set
+    (glibc); False elsewhere (macOS, Windows, musl), where nothing changes."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1) == 1

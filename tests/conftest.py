@@ -252,7 +252,7 @@ def closed_port():
 # The order a student meets failures in: the building blocks before the model built from
 # them, the model before the programs built on it. test_layout.py holds this list to every test file.
 FILE_ORDER = ["test_gpt2_numpy.py", "test_crc32c.py", "test_bpe.py", "test_checkpoint.py", "test_folders.py",
-              "test_decoding.py", "test_backward.py", "test_optimizer.py", "test_parallel.py", "test_device.py",
+              "test_decoding.py", "test_backward.py", "test_optimizer.py", "test_parallel.py", "test_memory.py", "test_device.py",
               "test_look_inside.py", "test_circuits.py", "test_sae.py", "test_sae_architectures.py", "test_sae_training.py", "test_sae_cli.py", "test_tracing.py", "test_steer.py", "test_lens.py", "test_evaluate.py", "test_train.py", "test_train_cli.py",
               "test_train_documents.py", "test_train_instruction.py", "test_train_lora.py", "test_dpo.py", "test_train_dpo.py", "test_classify.py", "test_train_classify.py", "test_data_parallel.py", "test_data_parallel_mpi.py",
               "test_parameters.py",

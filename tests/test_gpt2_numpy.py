@@ -218,6 +218,29 @@ def test_blocked_attention_equals_attention(past):
                                "up to its own last position (past + its end), with the mask on its own rows")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_fast_attention_and_layer_norm_are_the_plain_ones(threads, monkeypatch):
+    """blocked_attention_fast (softmax folded into its product, heads on BLAS's threads) and layer_norm_fast (rows in
+    chunks) against their plain forms: a long prompt, one cut short by the block, a KV cache's past, a decoded token."""
+    from plumbing import parallel
+    from plumbing.blas import set_threads
+    monkeypatch.setattr(g, "CHUNK", 500)  # the long prompts take the heads one at a time, the others all at once
+    monkeypatch.setattr(parallel, "CHUNK", 64)  # a few rows a chunk
+    before = set_threads(threads)
+    try:
+        for n_queries, past, block in ((300, 0, 64), (300, 17, 128), (1, 40, 128), (5, 3, 2)):
+            q, k, v = rand(2, 3, n_queries, 8, seed=31), rand(2, 3, n_queries + past, 8, seed=32), \
+                rand(2, 3, n_queries + past, 8, seed=33)
+            fast = g.blocked_attention_fast(q, k, v, block=block)
+            assert fast.dtype == np.float32
+            np.testing.assert_allclose(fast, g.blocked_attention(q, k, v, block=block), rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{n_queries} queries after {past}, blocks of {block}")
+        x, gain, bias = rand(3, 50, 16, seed=34), rand(16, seed=35), rand(16, seed=36)
+        np.testing.assert_array_equal(g.layer_norm_fast(x, gain, bias), g.layer_norm(x, gain, bias))
+    finally:
+        set_threads(before)
+
+
 def test_the_embeddings_are_each_tokens_row_plus_its_positions_row():
     """embed: x[b, t] = wte[ids[b, t]] + wpe[start + t], the positions counted after the tokens already cached;
     each part passes through the hook, wte's first."""

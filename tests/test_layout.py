@@ -40,11 +40,12 @@ def modules_loaded_by(statement):
 
 def test_the_model_needs_numpy_and_nothing_else():
     """gpt2_numpy imports plumbing/errors.py and perhaps shapes.py (GPT-2's facts), which need the standard library
-    alone, and plumbing/device.py (its host copy), which needs NumPy and imports CuPy only when a GPU is asked for."""
+    alone, and plumbing/device.py (its host copy), which needs NumPy and imports CuPy only when a GPU is asked for;
+    and plumbing/parallel.py (the hot path's threads, as many as BLAS's: plumbing/blas.py asks it, through ctypes)."""
     loaded = modules_loaded_by("import gpt2_numpy")
     assert not {"requests", "urllib3", "tqdm", "regex", "cupy"} & loaded
     assert "gpt2_numpy" in loaded and loaded & set(PROJECT) <= {"gpt2_numpy", "plumbing.errors", "plumbing.shapes",
-                                                                 "plumbing.device"}
+                                                                 "plumbing.device", "plumbing.parallel", "plumbing.blas"}
     for helper in ("plumbing.errors", "plumbing.shapes"):
         assert not {"numpy", "requests", "tqdm", "regex"} & modules_loaded_by(f"import {helper}"), helper
 
@@ -141,7 +142,7 @@ def test_no_import_cycle_among_the_projects_modules():
 
 def test_the_model_knows_nothing_of_downloads_or_the_command_line():
     edges = graph()
-    assert edges["gpt2_numpy"] <= {"plumbing.errors", "plumbing.shapes", "plumbing.device"}
+    assert edges["gpt2_numpy"] <= {"plumbing.errors", "plumbing.shapes", "plumbing.device", "plumbing.parallel"}
     assert edges["gpt2_numpy"] == imports(source("gpt2_numpy"), top_only=True)
     for low in ("gpt2_numpy", "backward", "optimizer", "plumbing.parallel"):
         assert not edges[low] & (GLUE | {"train"}), (low, edges[low])
@@ -240,7 +241,7 @@ def test_the_spine_is_the_forward_pass_first():
     """gpt2_numpy.py holds the model, generation and scoring; the forward pass ends in its first half."""
     with open(os.path.join(ROOT, "gpt2_numpy.py"), encoding="utf-8") as f:
         lines = f.read().splitlines()
-    assert len(lines) <= 500
+    assert len(lines) <= 550  # 500, and section 7's fast forms beside the plain ones (issue 54)
     assert next(i for i, line in enumerate(lines, 1) if line.startswith("def gpt2(")) < 260
 
 
@@ -345,7 +346,6 @@ BENCH_SMOKE = {  # the smallest setting of the benches that run on a checkpoint 
     "bench_prefill_parts": ["--folder", os.path.join(HERE, "data", "circuits_model"), "--tokens", "8",
                             "--repeats", "1"],
     "bench_products": ["--rows", "8", "--n-embd", "8", "--layers", "1", "--vocab", "16"],
-    "bench_checkpoint": ["--folder", os.path.join(HERE, "data", "circuits_model"), "--repeats", "1"],
     "bench_ab": ["--baseline", ROOT, "--what", "scratch-step", "--pairs", "1"],  # this checkout against itself
 }
 
