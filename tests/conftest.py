@@ -7,6 +7,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +19,12 @@ import time
 # other, several times slower than one (docs/performance.md). OPENBLAS_CORETYPE is left as it is.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 os.environ.update(dict.fromkeys(THREAD_VARIABLES, "1"))
+
+# A shell's background job starts us with SIGINT ignored, and a command started from here would inherit that:
+# the tests that press Ctrl-C on one would see it ignored. With Python's own handler here, every command the
+# tests start gets the default, as a terminal gives it (a handler, unlike "ignored", does not pass through exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import numpy as np  # noqa: E402  (after the threads: BLAS reads them as NumPy loads)
 import pytest  # noqa: E402
