@@ -83,7 +83,6 @@ def blas_kernel():
 
 
 def bench(args):
-    shape = (args.n_layer, args.n_embd, args.n_vocab, max(args.context, 64))
     folder = os.path.join(OUT, f"lens-gpt2-{args.n_layer}x{args.n_embd}-{args.n_vocab}-hf")
     worker = subprocess.Popen([args.torch_python, __file__, "--worker", folder, "--threads", str(args.threads),
                                "--n-layer", str(args.n_layer), "--n-embd", str(args.n_embd), "--n-vocab",

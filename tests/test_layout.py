@@ -186,7 +186,6 @@ def test_the_readme_is_a_front_door_and_its_links_lead_somewhere():
 def test_the_readme_makes_a_venv_shows_every_command_and_says_how_a_script_elsewhere_imports_it(tmp_path):
     """Issue 51: the README never said to make a virtual environment; steer.py had no line of its own; the Python
     API said "run it from the project folder", from where python /elsewhere/x.py cannot import gpt2_numpy."""
-    import re
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
     assert "python -m venv .venv && . .venv/bin/activate" in readme
