@@ -44,8 +44,10 @@ def worker(kind, steps, zero):
     import train
     from optimizer import new_adamw_state
     from plumbing import corpus, mpi
+    from plumbing.memory import keep_freed_memory
     from plumbing.weights import load_weights
 
+    keep_freed_memory()  # as train.py's command does on every rank (interface/start.py)
     comm = mpi.world()
     if kind == "baby":
         text, = corpus.read_documents([train.CORPUS])
