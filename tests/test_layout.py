@@ -338,6 +338,16 @@ def test_every_benchs_calls_still_fit_the_functions_they_call(monkeypatch):
     assert len(found) >= 20 and not {k: v for k, v in found.items() if v}, found
 
 
+@IN_A_HANDOUT
+def test_bench_readme_names_every_script_in_bench():
+    """Issue 51 §7: bench/ as a reader finds it; its page named none of the three benches added after it."""
+    with open(os.path.join(ROOT, "bench", "README.md"), encoding="utf-8") as f:
+        page = f.read()
+    scripts = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "bench", "*.py"))}
+    scripts |= {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "bench", "*.sh"))}
+    assert sorted(s for s in scripts if f"`{s}`" not in page) == []
+
+
 BENCH_SMOKE = {  # the smallest setting of the benches that run on a checkpoint folder alone, with NumPy alone
     "bench_circuits": ["--model", os.path.join(HERE, "data", "hf", "tiny"), "--no-tl", "--repeats", "1",
                        "--threads", "1"],
