@@ -5,6 +5,7 @@ step and an SAE step run on "the device" and give the CPU's numbers; the CPU's c
 each. The real GPU's exactness is tests/test_gpu.py's (opt-in)."""
 import ast
 import glob
+import json
 import math
 import os
 import sys
@@ -325,6 +326,7 @@ HF_TINY = os.path.join(ROOT, "tests", "data", "hf", "tiny")
 IOI = ["--clean", "When Mary and John went to the store, John gave a drink to", "--corrupted",
        "When Mary and John went to the store, Mary gave a drink to", "--answer", " Mary", "--wrong", " John"]
 SAE_DIR = os.path.join(ROOT, "tests", "data", "sae_golden", "sae")
+LENS_DIR = os.path.join(ROOT, "tests", "data", "lens", "tiny")
 
 
 @pytest.mark.parametrize("command, argv", [
@@ -340,15 +342,22 @@ SAE_DIR = os.path.join(ROOT, "tests", "data", "sae_golden", "sae")
     ("steer", ["latent", "The weather", "--sae", SAE_DIR, "--latent", "3", "--alpha", "40", "--n-tokens", "6",
                "--greedy"]),
     ("sae", ["train", "--site", "blocks.1.hook_resid_pre", "--data", "TEXT", "--d-sae", "16", "--l1", "1", "--tokens",
-             "128", "--batch-tokens", "64", "--out", "OUT"])])
+             "128", "--batch-tokens", "64", "--out", "OUT"]),
+    ("lens", ["read", "Before we proceed any further", "--tuned-lens", LENS_DIR]),
+    ("lens", ["train", "--data", "TEXT", "--out", "OUT", "--steps", "2", "--batch-size", "2", "--context", "8"]),
+    ("lens", ["probe", "--data", "LABELLED", "--site", "blocks.1.hook_resid_pre", "--position", "mean", "--method",
+              "logistic", "--out", "OUT"])])
 def test_the_other_commands_print_the_same_on_the_device(tmp_path, capsys, fake_gpu, command, argv):
-    from interface import circuits_cli, evaluate_cli, gpt2_cli, sae_cli, steer_cli
+    from interface import circuits_cli, evaluate_cli, gpt2_cli, lens_cli, sae_cli, steer_cli
     main = {"evaluate": evaluate_cli.main, "circuits": circuits_cli.main, "sae": sae_cli.main,
-            "gpt2": gpt2_cli.main, "steer": steer_cli.main}[command]
+            "gpt2": gpt2_cli.main, "steer": steer_cli.main, "lens": lens_cli.main}[command]
     (tmp_path / "t.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 6)
+    (tmp_path / "l.jsonl").write_text("".join(json.dumps({"text": t, "label": i % 2}) + "\n" for i, t in enumerate(
+        ["I love it", "I hate it", "What a joy", "What a mess", "So kind", "So cruel"])))
+    files = {"TEXT": str(tmp_path / "t.txt"), "LABELLED": str(tmp_path / "l.jsonl")}
     runs = []
     for name in ("cpu", "gpu"):
-        given = [str(tmp_path / "t.txt") if a == "TEXT" else str(tmp_path / name) if a == "OUT" else a for a in argv]
+        given = [files.get(a, str(tmp_path / name) if a == "OUT" else a) for a in argv]
         runs.append(in_process(main, capsys, *given, "--model", HF_TINY, "--device", name, "--json", "--quiet"))
     assert runs[0].returncode == runs[1].returncode == 0, runs[1].stderr
     assert runs[0].stdout.replace(str(tmp_path / "cpu"), "OUT") == runs[1].stdout.replace(str(tmp_path / "gpu"), "OUT")

@@ -171,12 +171,13 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-@pytest.mark.parametrize("name", ["gpt2_numpy.py", "train.py", "evaluate.py", "circuits.py", "sae.py"])
+@pytest.mark.parametrize("name", ["gpt2_numpy.py", "train.py", "evaluate.py", "circuits.py", "sae.py", "steer.py",
+                                  "lens.py"])
 def test_each_computing_command_runs_blas_on_the_threads_it_is_given(name):
     """--threads N is BLAS's thread count, and so is the default without it: BLAS took them as NumPy
     loaded. The commands stop at a mistake in their flags, after their imports, so each run is short."""
     mistake = {"gpt2_numpy.py": ["--top-k", "-3"], "train.py": ["--out"], "evaluate.py": ["perplexity"],
-               "circuits.py": ["heads"], "sae.py": ["train"]}[name]
+               "circuits.py": ["heads"], "sae.py": ["train"], "steer.py": ["add"], "lens.py": ["read"]}[name]
     env = {k: v for k, v in os.environ.items() if k not in start.THREAD_VARIABLES}
     said = {}
     given = "2" if start.THREADS == 1 else "1"
@@ -186,7 +187,8 @@ def test_each_computing_command_runs_blas_on_the_threads_it_is_given(name):
         assert r.returncode == 2 and r.stderr.startswith("error: "), r.stderr
         said[threads] = r.stderr.splitlines()[-1]
     assert said == {given: f"BLAS threads {given}", None: f"BLAS threads {start.THREADS}"}
-    subcommand = {"evaluate.py": ["perplexity"], "circuits.py": ["heads"], "sae.py": ["eval"]}.get(name, [])
+    subcommand = {"evaluate.py": ["perplexity"], "circuits.py": ["heads"], "sae.py": ["eval"], "steer.py": ["add"],
+                  "lens.py": ["read"]}.get(name, [])
     r = subprocess.run([sys.executable, os.path.join(ROOT, name), *subcommand, "--threads", "0"], capture_output=True,
                        text=True, env=env)
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "--threads" in r.stderr, r.stderr
