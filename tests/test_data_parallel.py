@@ -25,7 +25,7 @@ import train
 from conftest import in_process, train_args
 from interface import sae_cli, train_cli
 from fake_comm import ranks
-from plumbing import mpi, shapes
+from plumbing import mpi, sae_files, shapes
 from plumbing.checkpoint import write_checkpoint
 from plumbing.errors import UserError
 from plumbing.weights import load_weights
@@ -332,3 +332,31 @@ def test_a_skip_transcoder_on_two_ranks_is_the_one_process_trainer():
     for k in S.trained(one):
         np.testing.assert_allclose(sae[k], one[k], rtol=1e-5, atol=1e-6)
         assert np.array_equal(sae[k], other[k])
+
+
+def test_sae_py_train_on_two_ranks_saves_the_one_process_run(data, tmp_path):
+    """The command itself: each rank takes its half of every batch, the log says "ranks", rank 0 alone saves,
+    and the saved SAE and its log are the single process's."""
+    x = np.random.default_rng(2).standard_normal((64, 16)).astype(np.float32)
+    np.save(tmp_path / "acts.npy", x)
+
+    def run(out, comm=None):
+        args = sae_cli.parse_args(["train", "--model", data["model"], "--site", "blocks.0.hook_resid_pre",
+                                   "--activations", str(tmp_path / "acts.npy"), "--d-sae", "24",
+                                   "--architecture", "batchtopk", "--k", "3", "--tokens", "96",
+                                   "--batch-tokens", "16", "--quiet", "--out", str(out)])
+        args.comm = comm
+        return sae_cli.train(args)
+
+    assert run(tmp_path / "one") == 0
+    assert ranks(2, lambda comm: run(tmp_path / "two", comm)) == [0, 0]
+    read = {w: sae_files.load_sae(str(tmp_path / w)) for w in ("one", "two")}
+    for k in ("W_enc", "b_enc", "W_dec", "b_dec"):
+        np.testing.assert_allclose(read["two"][k], read["one"][k], rtol=1e-5, atol=1e-6)
+    logs = {}
+    for w in ("one", "two"):
+        with open(tmp_path / w / sae_cli.LOG_FILE, encoding="utf-8") as f:
+            logs[w] = [json.loads(line) for line in f]
+    assert len(logs["two"]) == len(logs["one"]) == 6 and all(e["ranks"] == 2 for e in logs["two"])
+    np.testing.assert_allclose([e["loss"] for e in logs["two"]], [e["loss"] for e in logs["one"]], rtol=1e-6)
+    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
