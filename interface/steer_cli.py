@@ -109,7 +109,8 @@ def check_flags(args, argv):
     except UserError as e:
         fail(message(e))
     if args.command == "vector" and args.direction:
-        pairs = [f for f, given in (("--positive", args.positive), ("--pairs", args.pairs),
+        pairs = [f for f, given in (("--positive", args.positive), ("--negative", args.negative),
+                                    ("--pairs", args.pairs),
                                     ("--aggregator", "--aggregator" in argv),
                                     ("--read-token-index", "--read-token-index" in argv)) if given]
         if pairs:

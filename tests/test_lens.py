@@ -494,6 +494,8 @@ def test_flags_that_do_not_go_together_are_refused(capsys, tmp_path):
             (steer_cli.main, ["vector", "Hi", "--direction", tmp_path, "--positive", "a", "--negative", "b",
                               "--model", TINY], "--positive makes a vector from pairs"),
             (steer_cli.main, ["vector", "Hi", "--positive", "a", "--negative", "b", "--model", TINY],
-             "vector needs --layer L")):
+             "vector needs --layer L"),
+            (steer_cli.main, ["vector", "Hi", "--direction", tmp_path, "--negative", "b", "--model", TINY],
+             "--negative makes a vector from pairs")):
         r = in_process(main, capsys, *args)
         assert r.returncode == 2 and said in r.stderr, r.stderr

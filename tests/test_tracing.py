@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import DATA, ROOT, as_float64
+from conftest import DATA, as_float64
 import backward
 import gpt2_numpy as g
 import tracing
@@ -523,13 +523,6 @@ def test_graph_and_intervene_on_the_device_write_what_the_cpu_writes(capsys, mon
     assert all(np.array_equal(cpu[k], gpu[k]) for k in cpu.files)
 
 
-def sae_py_trains_transcoders():
-    with open(os.path.join(ROOT, "interface", "sae_cli.py"), encoding="utf-8") as f:
-        return "--site-out" in f.read()
-
-
-@pytest.mark.skipif(not sae_py_trains_transcoders(), reason="sae.py train learns no transcoder yet (--site-out: the "
-                                                            "sae branch, issue 53 §7); it runs once that lands")
 @pytest.mark.parametrize("architecture", ["standard", "topk"])
 def test_the_transcoders_sae_py_trains_make_a_graph(capsys, tmp_path, architecture):
     """sae.py train --site blocks.L.ln2.hook_normalized --site-out blocks.L.hook_mlp_out writes a folder each layer
