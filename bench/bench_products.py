@@ -6,14 +6,19 @@
 
 The products of the linear layers (c_attn, attn.c_proj, c_fc, mlp.c_proj) of --layers blocks
 on --rows positions; with training (the default) also each one's two backward products
-(dx = dy wᵀ, dw = xᵀ dy) and the tied head's three. Random float32 arrays, 2 threads, medians
-of 30 passes. Run with a Python that has torch, it times torch's matmul on the same arrays too.
+(dx = dy wᵀ, dw = xᵀ dy) and the tied head's three. Random float32 arrays, --threads on both sides
+(default 2), medians of 30 passes. Run with a Python that has torch, it times torch's matmul on the same arrays too.
 """
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from plumbing.blas import set_threads  # noqa: E402  (OpenBLAS's count, NumPy loaded or not)
 
 
 def shapes(rows, n_embd, layers, vocab, forward_only):
@@ -44,20 +49,22 @@ def main():
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--vocab", type=int, default=257)
     p.add_argument("--forward-only", action="store_true")
+    p.add_argument("--threads", type=int, default=2, help="BLAS threads, NumPy's and torch's (default 2)")
     args = p.parse_args()
+    set_threads(args.threads)
     rng = np.random.default_rng(0)
     mkn = shapes(args.rows, args.n_embd, args.layers, args.vocab, args.forward_only)
     pairs = [(rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32))
              for m, k, n in mkn]
     flop = sum(2 * m * k * n for m, k, n in mkn)
-    print(f"{len(mkn)} products, {flop / 1e9:.2f} GFLOP")
+    print(f"{len(mkn)} products, {flop / 1e9:.2f} GFLOP, {args.threads} threads")
     s = median_seconds(pairs)
     print(f"  numpy {s * 1e3:.2f} ms, {flop / s / 1e9:.0f} GFLOP/s")
     try:
         import torch
     except ImportError:
         return
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     s = median_seconds([(torch.from_numpy(a), torch.from_numpy(b)) for a, b in pairs])
     print(f"  torch {s * 1e3:.2f} ms, {flop / s / 1e9:.0f} GFLOP/s")
 

@@ -354,7 +354,7 @@ BENCH_SMOKE = {  # the smallest setting of the benches that run on a checkpoint 
     "bench_decode": ["--folder", os.path.join(HERE, "data", "circuits_model"), "--rounds", "1", "--tokens", "2"],
     "bench_prefill_parts": ["--folder", os.path.join(HERE, "data", "circuits_model"), "--tokens", "8",
                             "--repeats", "1"],
-    "bench_products": ["--rows", "8", "--n-embd", "8", "--layers", "1", "--vocab", "16"],
+    "bench_products": ["--rows", "8", "--n-embd", "8", "--layers", "1", "--vocab", "16", "--threads", "1"],
     "bench_ab": ["--baseline", ROOT, "--what", "scratch-step", "--pairs", "1"],  # this checkout against itself
 }
 
