@@ -470,6 +470,7 @@ WRONG = {
                          "eps=eps), wte.T)",  # the translator's output alone: h itself not added back
     "logistic_gradient": "r = -C * s * sigmoid(-s * (X @ w + b))\nreturn w + X.T @ r, float(r.sum()) + b",
     # the intercept penalised too
+    "adjacency_row": "return (grad[positions - 1] * vectors).sum(-1)",  # the gradient one position early
     "gelu_backward": "t = np.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x ** 3))\n"
                      "return dy * 0.5 * (1.0 + t)",  # the product rule's second term forgotten
 }
