@@ -37,6 +37,10 @@ def find_mpiexec():
 
 
 MPIEXEC = find_mpiexec()
+# Open MPI's mpiexec (prterun) answers Ctrl-C by sending the ranks SIGTERM and exits 1 itself, without
+# passing on their last lines (docs/parallel.md); MPICH's Hydra passes SIGINT and the ranks' 130
+OPEN_MPI = MPIEXEC is not None and "Open MPI" in subprocess.run([MPIEXEC, "--version"], capture_output=True,
+                                                                text=True).stdout
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="needs mpi4py and mpiexec: pip install -r "
                                                         "requirements-mpi.txt, then python -m pytest "
                                                         "tests/test_data_parallel_mpi.py")
@@ -119,6 +123,19 @@ def test_two_ranks_are_mpis_allreduce_and_the_one_process_run(small, corpus, tmp
     assert found["sae"] < 1e-5 and found["sae counters"]
 
 
+# a rank's number, as MPICH's Hydra (PMI_RANK) or Open MPI's mpiexec (OMPI_COMM_WORLD_RANK) says it
+RANK = "os.environ.get('PMI_RANK', os.environ.get('OMPI_COMM_WORLD_RANK'))"
+OPEN_MPI_SAYS = "prterun detected that one or more processes exited with non-zero status"
+
+
+def launchers_lines(stderr):
+    """stderr less the launcher's own report after ours: Open MPI's mpiexec adds a box when a rank exits
+    with a status other than 0 (MPICH's Hydra adds nothing)."""
+    ours, _, theirs = stderr.partition("-" * 74 + "\n")
+    assert not theirs or OPEN_MPI_SAYS in theirs, stderr
+    return ours
+
+
 def wrapped(work):
     """python -c: `work` (lines run first, on every rank), then train.py's command line, as python train.py."""
     return ["-c", f"import os, sys\nsys.path.insert(0, {ROOT!r})\n{work}\nfrom interface.start import start\n"
@@ -133,18 +150,18 @@ def short_run(model, data, out, *more):
 def test_a_users_mistake_is_one_line_once_and_exit_2(small, tmp_path):
     start = time.perf_counter()
     r = launch(2, "train.py", *short_run(small, tmp_path / "missing.txt", tmp_path / "o", "--steps", "4"))
-    assert (r.returncode, r.stderr, r.stdout) == (2, f"error: {tmp_path / 'missing.txt'}: No such file or directory\n",
-                                                  "")
+    assert (r.returncode, launchers_lines(r.stderr), r.stdout) == (
+        2, f"error: {tmp_path / 'missing.txt'}: No such file or directory\n", "")
     assert time.perf_counter() - start < 30 and not os.path.exists(tmp_path / "o")
 
 
 PLANTED = """import data_parallel
 real = data_parallel.train_step
 def planted(*args):
-    if args[4] == 2 and os.environ.get("PMI_RANK") == "1":
+    if args[4] == 2 and RANK == "1":
         raise ZeroDivisionError("a planted bug")
     return real(*args)
-data_parallel.train_step = planted"""
+data_parallel.train_step = planted""".replace("RANK", RANK)
 
 
 def test_a_bug_on_one_rank_shows_its_traceback_and_ends_every_rank(small, corpus, tmp_path):
@@ -172,8 +189,8 @@ def slow(*args):
     time.sleep(0.05)
     return real(*args)
 data_parallel.train_step = slow
-with open(os.path.join(sys.argv[sys.argv.index("--out") + 1] + f".pid{os.environ['PMI_RANK']}"), "w") as f:
-    f.write(str(os.getpid()))"""
+with open(os.path.join(sys.argv[sys.argv.index("--out") + 1] + f".pid{RANK}"), "w") as f:
+    f.write(str(os.getpid()))""".replace("RANK", RANK)
 
 
 def until_saved(out, process):
@@ -206,8 +223,12 @@ def test_ctrl_c_to_mpiexec_saves_exits_130_and_resume_on_one_process_goes_on(sma
     p.send_signal(signal.SIGINT)
     _, stderr = p.communicate(timeout=60)
     step, log = saved_whole(out)
-    assert p.returncode == 130 and 3 <= step < 30, stderr
-    assert stderr.count(f"interrupted: saved step {step} in {out}; --resume continues") == 1, stderr
+    assert 3 <= step < 30, stderr
+    if OPEN_MPI:
+        assert p.returncode == 1, stderr
+    else:
+        assert p.returncode == 130 and stderr.count(f"interrupted: saved step {step} in {out}; --resume continues") \
+            == 1, stderr
     assert {line["ranks"] for line in log if "loss" in line} == {2}
     assert train_cli.main(short_run(small, corpus, out, *steps, "--resume")) == 0
     assert train_cli.main(short_run(small, corpus, tmp_path / "straight", *steps)) == 0
