@@ -41,12 +41,12 @@ def experiment(models, case):
     return params, hp, gold(case, "clean"), gold(case, "corrupted"), gold(case, "answer"), gold(case, "wrong")
 
 
-def assert_close(ours, theirs, what, rel=1e-5):
-    """Within rel of the largest value, as the issue asks of TransformerLens's numbers."""
+def assert_close(ours, theirs, what, rel=1e-5, whose="TransformerLens's"):
+    """Within rel of the largest value, as the issues ask of TransformerLens's (and circuit-tracer's) numbers."""
     ours, theirs = np.asarray(ours), np.asarray(theirs)
-    assert ours.shape == theirs.shape, f"{what}: shape {ours.shape}, TransformerLens's {theirs.shape}"
+    assert ours.shape == theirs.shape, f"{what}: shape {ours.shape}, {whose} {theirs.shape}"
     worst = np.abs(ours - theirs).max()
-    assert worst <= rel * np.abs(theirs).max(), f"{what}: {worst:.3g} from TransformerLens's (largest " \
+    assert worst <= rel * np.abs(theirs).max(), f"{what}: {worst:.3g} from {whose} (largest " \
                                                 f"{np.abs(theirs).max():.3g})"
 
 

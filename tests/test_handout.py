@@ -297,42 +297,6 @@ encoder, hp, params = loading.load_model("model")
 ids = [encoder.encode(TEXT)]
 print(round(look_inside.loss(ids, params, hp), 5), round(look_inside.loss(ids, params, hp, {"blocks.1.attn.hook_z": look_inside.zero_ablate_head(1)}), 5))
 """
-SAE = """import sae
-from interface import loading
-encoder, hp, params = loading.load_model("model")
-with open("notes.txt", encoding="utf-8") as f:
-    rows = sae.windows(encoder.encode(f.read()), 16, encoder.eot)[:8]
-x = sae.gather(rows, params, hp, "blocks.0.hook_resid_post").reshape(-1, hp["n_embd"])
-s = sae.new_sae(x.shape[1], 32, seed=0, metadata={"hook_name": "blocks.0.hook_resid_post"})
-state = sae.new_adam_state(s)
-for step in range(3):
-    losses = sae.train_step(x, s, state, 1e-2, sae.l1_coefficient(step, 1.0, 2))
-print({k: round(v, 5) for k, v in losses.items()}, round(float(sae.encode(x, s).sum()), 4))
-"""
-TOPK = """import sae
-from interface import loading
-encoder, hp, params = loading.load_model("model")
-with open("notes.txt", encoding="utf-8") as f:
-    rows = sae.windows(encoder.encode(f.read()), 16, encoder.eot)[:4]
-x = sae.gather(rows, params, hp, "blocks.0.hook_resid_post").reshape(-1, hp["n_embd"])
-s = sae.new_sae(x.shape[1], 32, seed=0, metadata={"hook_name": "blocks.0.hook_resid_post"})
-s["cfg"].update(architecture="topk", k=4)
-f = sae.encode(x, s)
-print((f > 0).sum(-1).tolist(), round(float(f.sum()), 4))
-"""
-SAE_JUMPRELU = """import sae
-from interface import loading
-encoder, hp, params = loading.load_model("model")
-with open("notes.txt", encoding="utf-8") as f:
-    rows = sae.windows(encoder.encode(f.read()), 16, encoder.eot)[:8]
-x = sae.gather(rows, params, hp, "blocks.0.hook_resid_post").reshape(-1, hp["n_embd"])
-settings = {**sae.TRAINING_DEFAULTS["jumprelu"], "architecture": "jumprelu", "jumprelu_bandwidth": 1.0}
-s = sae.new_training_sae(x.shape[1], 32, settings, metadata={"hook_name": "blocks.0.hook_resid_post"})
-state = sae.new_training_state(s)
-for step in range(3):
-    losses = sae.training_step(x, s, state, 1e-2, settings, 0.1)
-print({k: round(v, 5) for k, v in losses.items()}, [round(float(t), 5) for t in s["threshold"][:6]])
-"""
 IOI = ["--clean", "When Mary and John went to the apothecary, John gave a drink to",
        "--corrupted", "When Mary and John went to the apothecary, Mary gave a drink to", "--answer", " Mary",
        "--wrong", " John"]
@@ -394,11 +358,11 @@ PROGRAMS = {  # handout.WHERE's programs, as commands run in a copy of the proje
     "attribution": ["circuits.py", "attribution", *IOI, "--site", "head", "--model", "model"],
     "classify": ["evaluate.py", "classify", "labelled.jsonl", "--model", "classifier", "--json", "--quiet"],
     "q8_0": ["-c", Q8_0],
-    "sae": ["-c", SAE],
+    "sae": ["-c", notebook.SAE, "model", "notes.txt"],  # the notebook's program cells, the same lines
     "steer": ["steer.py", "add", PROMPT, "--add", "Love and peace", "--sub", "Hate", "--layer", "1", "--coeff", "500",
               "--model", "model", "--greedy", "--n-tokens", "8", "--quiet"],
-    "topk": ["-c", TOPK],
-    "sae_jumprelu": ["-c", SAE_JUMPRELU],
+    "topk": ["-c", notebook.TOPK, "model", "notes.txt"],
+    "sae_jumprelu": ["-c", notebook.SAE_JUMPRELU, "model", "notes.txt"],
     "tuned_lens": ["lens.py", "train", "--model", "model", "--data", "notes.txt", "--out", "trained", "--steps", "3",
                    "--batch-size", "2", "--context", "16", "--json", "--quiet"],
     "probe": ["lens.py", "probe", "--model", "model", "--data", os.path.join("data", "speakers.jsonl"), "--site",
@@ -514,7 +478,7 @@ root, seen = os.getcwd() + os.sep, set()
 def profile(frame, event, arg):
     if event == "call":
         seen.add(frame.f_code)
-sys.argv = [program, *args]
+sys.argv = [program, *args[program == "-c":]]  # as python -c CODE ARGS sets it: ["-c", *ARGS]
 sys.path.insert(0, root if program == "-c" else os.path.dirname(os.path.abspath(program)))
 threading.setprofile(profile)
 sys.setprofile(profile)

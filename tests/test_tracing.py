@@ -14,7 +14,7 @@ import gpt2_numpy as g
 import tracing
 from plumbing import clt_files, hf_model, sae_files
 from plumbing.errors import UserError
-from test_circuits import cli, loaded_once  # noqa: F401  (circuits.py's command line; its models read once)
+from test_circuits import assert_close as close_to_reference, cli, loaded_once  # noqa: F401  (its models read once)
 
 GOLDEN = np.load(os.path.join(DATA, "tracing_golden.npz"))
 CASES = ("relu", "jumprelu", "topk", "skip", "clt")
@@ -64,11 +64,7 @@ def gold(case, name):
 
 def assert_close(ours, theirs, what, rel=1e-5):
     """Within rel of the largest value, as the issue asks of circuit-tracer's numbers."""
-    ours, theirs = np.asarray(ours), np.asarray(theirs)
-    assert ours.shape == theirs.shape, f"{what}: shape {ours.shape}, circuit-tracer's {theirs.shape}"
-    worst = np.abs(ours - theirs).max()
-    assert worst <= rel * np.abs(theirs).max(), f"{what}: {worst:.3g} from circuit-tracer's (largest " \
-                                                f"{np.abs(theirs).max():.3g})"
+    close_to_reference(ours, theirs, what, rel, whose="circuit-tracer's")
 
 
 # --- 1. transcoders ---------------------------------------------------------------------------------
