@@ -209,8 +209,9 @@ def pack(grads, bucket_list, weight, first):
                 g = flat[name].reshape(-1)[start:stop]
                 if first:
                     np.multiply(g, weight, out=view)
-                else:
-                    view += g * weight
+                else:  # the piece's gradients are read here alone: scaled where they are, no temporary of their size
+                    g *= weight
+                    view += g
 
 
 def gradients(params, hparams, data, step, recipe, buffers, frozen, group, post):
@@ -483,8 +484,8 @@ def batch_topk_across(comm, n_tokens):
 
 
 def mean_across(comm, arrays):
-    """{name: array} -> the mean of each over the ranks (in place: one all-reduce of them all, flattened)."""
-    flat = np.concatenate([a.reshape(-1) for a in arrays.values()]).astype(np.float32)
+    """{name: array} -> the mean of each over the ranks (one all-reduce of them all, flattened into one array)."""
+    flat = np.concatenate([a.reshape(-1) for a in arrays.values()], dtype=np.float32)
     ring_allreduce_fast(comm, flat)()
     flat *= np.float32(1.0 / comm.Get_size())
     out, at = {}, 0
@@ -494,30 +495,24 @@ def mean_across(comm, arrays):
     return out
 
 
+def sae_across(comm, n_tokens):
+    """sae.training_step's whole-batch decisions (its `across`) for a rank's part of a batch of n_tokens: BatchTopK's
+    choice from every rank's activations, the losses and gradients averaged over the ranks, the latents that fired
+    on any rank, the smallest activation of them all. Each is a collective call, made in the same order on every
+    rank."""
+    def mean(losses, grads):
+        return {name: value / comm.Get_size() for name, value in summed(comm, losses).items()}, mean_across(comm, grads)
+
+    def smallest(mine):  # None where a rank had none fire
+        every = [m for m in comm.allgather(mine) if m is not None]
+        return min(every) if every else None
+
+    return {"choose": batch_topk_across(comm, n_tokens), "mean": mean,
+            "any": lambda fired: np.logical_or.reduce(comm.allgather(fired)), "smallest": smallest}
+
+
 def sae_step(comm, x, sae, state, lr, settings, coefficient=0.0, target=None):
     """sae.training_step on this rank's part x [N / ranks, d_in] of a batch (and of a transcoder's target):
     the same step, every rank's SAE the same after it. -> losses, the whole batch's"""
-    arch = settings["architecture"]
-    if arch == "jumprelu":
-        np.maximum(sae["threshold"], 0, out=sae["threshold"])
-    dead = state["since_fired"] > settings.get("dead_feature_window", S.DEAD_FEATURE_WINDOW)
-    if arch == "standard" and target is None and \
-            sae["cfg"].get("normalize_activations", "none") in ("none", "expected_average_only_in"):
-        losses, grads, f = S.sae_backward(x, sae, coefficient)
-    else:
-        choose = batch_topk_across(comm, x.shape[0] * comm.Get_size())
-        losses, grads, f = S.training_backward(x, sae, settings, coefficient, dead, target, choose=choose)
-    losses = {name: value / comm.Get_size() for name, value in summed(comm, losses).items()}
-    grads = mean_across(comm, grads)
-    S.check_step(state["step"] + 1, losses["loss"], grads)  # on the whole batch's: every rank stops, or none
-    fired = np.logical_or.reduce(comm.allgather((f != 0).any(0)))
-    state["since_fired"] += 1
-    state["since_fired"][fired] = 0
-    if arch == "batchtopk":
-        smallest = [m for m in comm.allgather(float(f[f > 0].min()) if (f > 0).any() else None) if m is not None]
-        if smallest:
-            rate = settings["topk_threshold_lr"]
-            state["topk_threshold"] = (1 - rate) * state["topk_threshold"] + rate * min(smallest)
-        losses["topk_threshold"] = state["topk_threshold"]
-    S.adam_step(sae, grads, state, lr)
-    return losses
+    return S.training_step(x, sae, state, lr, settings, coefficient, target,
+                           sae_across(comm, x.shape[0] * comm.Get_size()))

@@ -269,10 +269,12 @@ def new_adam_state(sae):
             "v": {k: np.zeros_like(sae[k]) for k in trained(sae)}}
 
 
-def adam_step(sae, grads, state, lr, max_norm=1.0, beta1=0.9, beta2=0.999):
+def adam_step(sae, grads, state, lr, max_norm=1.0, beta1=0.9, beta2=0.999, norm=None):
     """SAELens's trainer's update: the gradients clipped to a global norm of max_norm (torch's clip_grad_norm_),
-    then torch's Adam (optimizer.adamw_update without weight decay), in place. -> the norm before clipping"""
-    norm = grad_norm({"blocks": [grads]})  # optimizer's global norm, the SAE's tensors as one block's
+    then torch's Adam (optimizer.adamw_update without weight decay), in place. norm: the gradients' global norm,
+    if already known (check_step's). -> the norm before clipping"""
+    if norm is None:
+        norm = grad_norm({"blocks": [grads]})  # optimizer's global norm, the SAE's tensors as one block's
     scale = clip_scale(norm, max_norm)
     state["step"] += 1
     for k in grads:
@@ -323,7 +325,7 @@ DEAD_FEATURE_WINDOW = 1000  # the trainer's: a latent that has not fired for mor
 
 def topk_mask(h, k):
     """[h_ti is among row t's k largest], chosen with np.argpartition (no sort).   [N, d_sae] -> bool"""
-    mask = np.zeros(h.shape, bool)
+    mask = np.zeros(h.shape, bool, like=h)
     if k >= h.shape[-1]:
         mask[:] = True
     elif k > 0:
@@ -544,12 +546,22 @@ def new_training_state(sae):
     return {**new_adam_state(sae), "since_fired": np.zeros(sae["b_enc"].shape, np.float32), "topk_threshold": 0.0}
 
 
-def training_step(x, sae, state, lr, settings, coefficient=0.0, target=None):
+def alone(x):
+    """One process's batch is the whole batch (training_step's default; data_parallel.sae_across is N ranks')."""
+    return x
+
+
+ALONE = {"choose": batch_topk_mask, "mean": lambda losses, grads: (losses, grads), "any": alone, "smallest": alone}
+
+
+def training_step(x, sae, state, lr, settings, coefficient=0.0, target=None, across=ALONE):
     """One step of SAELens's trainer for any architecture, in place: a JumpReLU's threshold kept at 0 or
     more; the forward, its losses and gradients (the dead latents those that have not fired for more than
     dead_feature_window steps); the latents' firing counts; BatchTopK's threshold, moved a topk_threshold_lr
     of the way to the smallest positive activation; clipping and Adam. target: a transcoder's (training_backward).
-    A step whose loss or gradient is not finite changes nothing: Diverged (check_step).
+    A step whose loss or gradient is not finite changes nothing: Diverged (check_step). across: what is decided
+    from the whole batch when x is one process's part of it (data_parallel.sae_across): BatchTopK's choice, the
+    losses' and gradients' means, the latents that fired, the smallest activation.
     -> losses (training_backward's, and BatchTopK's "topk_threshold" after the step)"""
     arch = settings["architecture"]
     if arch == "jumprelu":
@@ -559,17 +571,18 @@ def training_step(x, sae, state, lr, settings, coefficient=0.0, target=None):
             sae["cfg"].get("normalize_activations", "none") in ("none", "expected_average_only_in"):
         losses, grads, f = sae_backward(x, sae, coefficient)
     else:
-        losses, grads, f = training_backward(x, sae, settings, coefficient, dead, target)
-    check_step(state["step"] + 1, losses["loss"], grads)
+        losses, grads, f = training_backward(x, sae, settings, coefficient, dead, target, across["choose"])
+    losses, grads = across["mean"](losses, grads)
+    norm = check_step(state["step"] + 1, losses["loss"], grads)
     state["since_fired"] += 1
-    state["since_fired"][(f != 0).any(0)] = 0
+    state["since_fired"][across["any"]((f != 0).any(0))] = 0
     if arch == "batchtopk":
-        positive = f[f > 0]
-        if positive.size:
+        smallest = across["smallest"](float(f[f > 0].min()) if (f > 0).any() else None)
+        if smallest is not None:
             rate = settings["topk_threshold_lr"]
-            state["topk_threshold"] = (1 - rate) * state["topk_threshold"] + rate * float(positive.min())
+            state["topk_threshold"] = (1 - rate) * state["topk_threshold"] + rate * smallest
         losses["topk_threshold"] = state["topk_threshold"]
-    adam_step(sae, grads, state, lr)
+    adam_step(sae, grads, state, lr, norm=norm)
     return losses
 
 
@@ -583,10 +596,11 @@ class Diverged(UserError):
 
 def check_step(step, loss, grads):
     """Before Adam: a loss or a gradient that is not finite would make every weight NaN, so the step is refused
-    (Diverged), the weights left as the last good step made them."""
-    norm = grad_norm({"blocks": [grads]})  # adam_step's, before it
+    (Diverged), the weights left as the last good step made them. -> the gradients' global norm (adam_step's)"""
+    norm = grad_norm({"blocks": [grads]})
     if not (math.isfinite(loss) and math.isfinite(norm)):
         raise Diverged(step, loss, norm)
+    return norm
 
 
 def inference_sae(sae, settings, topk_threshold=0.0, factor=None):
