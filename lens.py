@@ -33,13 +33,14 @@ if __name__ == "__main__":  # first, above the imports: Ctrl-C and SIGTERM are o
     start("lens_cli")  # the command line (read, train, probe): this file is the lens and the probes
 
 import hashlib
+import itertools
 import math
 
 import numpy as np
 
 from backward import cross_entropy, cross_entropy_backward, layer_norm_backward, linear_backward
 from gpt2_numpy import layer_norm, layer_norm_eps, linear, log_softmax, matmul
-from look_inside import activation_shapes, check_names, lens_activations, logit_lens, run_with_cache
+from look_inside import activation_shapes, check_names, lens_activations, lens_table, run_with_cache
 from optimizer import clip_scale, grad_norm
 from plumbing.device import host
 from plumbing.errors import UserError, plural
@@ -93,17 +94,14 @@ def check_lens(lens, hparams):
 
 
 def tuned_lens(ids, params, hparams, lens, target=None, run=None):
-    """look_inside.logit_lens through the tuned lens: the logit lens of the translated residual stream, each
-    block's input moved by its translator, the last block's output left as it is (it has no translator: its row
-    is the model's own logits, as the logit lens's last row is). ids [B, T]; target [B, T] (default: the model's
-    final prediction at each position); run: run_with_cache's (logits, cache) holding look_inside's
-    lens_activations(L), to read instead of running the model again.
-    -> {"top" [L+1, B, T], "top_prob", "target" [B, T], "target_prob", "target_rank" [L+1, B, T]}"""
+    """look_inside.logit_lens through the tuned lens: each block's input read by its translator (tuned_lens_logits),
+    the last block's output as it is (it has no translator: its row is the model's own logits, as the logit lens's
+    last row is). ids [B, T]; target [B, T] (default: the model's final prediction at each position); run:
+    run_with_cache's (logits, cache) holding look_inside's lens_activations(L), to read instead of running the model
+    again.   -> {"top" [L+1, B, T], "top_prob", "target" [B, T], "target_prob", "target_rank" [L+1, B, T]}"""
     check_lens(lens, hparams)
-    names = lens_activations(hparams["n_layer"])
-    logits, cache = run or run_with_cache(ids, params, hparams, names=names)
-    translated = {name: translate(cache[name], **translator) for name, translator in zip(names, lens)}
-    return logit_lens(ids, params, hparams, target, run=(logits, {**cache, **translated}))
+    logits, cache = run or run_with_cache(ids, params, hparams, names=lens_sites(hparams["n_layer"]))
+    return lens_table(itertools.chain(lens_readings(cache, params, hparams, lens), [logits]), logits, target)
 
 
 def lens_readings(cache, params, hparams, lens):
@@ -128,11 +126,12 @@ def unembed_hash(wte):
 # Each translator is trained on its own loss, its gradient taken back alone (tuned-lens backpropagates each
 # layer's loss in turn): the step's loss is their sum. The unembedding and ln_f are the model's, frozen.
 
-def kl_loss(logits, final_logprobs):
+def kl_loss(logits, final_logprobs, final_probs=None):
     """KL(p ‖ q): mean over B and T of Σ_v p_v (log p_v - log q_v), p the model's final distribution, q the lens's;
-    and its gradient, dq_logits = (q - p) / (B T).   logits [B, T, V], final_logprobs [B, T, V] -> (a float, [B, T, V])"""
+    and its gradient, dq_logits = (q - p) / (B T).   logits [B, T, V], final_logprobs [B, T, V] (and final_probs,
+    their exp, when a caller has it already) -> (a float, [B, T, V])"""
     logq = log_softmax(logits)
-    p = np.exp(final_logprobs)
+    p = np.exp(final_logprobs) if final_probs is None else final_probs
     n = logits.shape[0] * logits.shape[1]
     loss = float((p * (final_logprobs - logq)).sum(-1).mean())
     return loss, (np.exp(logq) - p) / np.float32(n)
@@ -197,11 +196,12 @@ def lens_losses_and_grads(ids, params, hparams, lens, loss="kl"):
     gradient, one layer at a time.   ids [B, T] -> ([L] losses, [L] gradients like the translators)"""
     logits, cache = run_with_cache(ids, params, hparams, names=lens_sites(hparams["n_layer"]))
     eps, target = layer_norm_eps(hparams), log_softmax(logits) if loss == "kl" else np.asarray(ids)
+    p = np.exp(target) if loss == "kl" else None  # the final distribution, once for every layer's KL
     losses, grads = [], []
     for site, translator in zip(lens_sites(hparams["n_layer"]), lens):
         h = cache.pop(site)  # [B, T, C]; gone once read: one layer's activations at a time
         reading = tuned_lens_logits(h, translator, params["ln_f"], params["wte"], eps)
-        value, dlogits = kl_loss(reading, target) if loss == "kl" else ce_loss(reading, target)
+        value, dlogits = kl_loss(reading, target, p) if loss == "kl" else ce_loss(reading, target)
         losses.append(value)
         grads.append(translator_backward(h, translator, params["ln_f"], params["wte"], dlogits, eps))
     return losses, grads

@@ -255,10 +255,18 @@ def logit_lens(ids, params, hparams, target=None, run=None):
     -> {"top" [L+1, B, T] ids, "top_prob", "target" [B, T], "target_prob", "target_rank" [L+1, B, T]}
     The last layer's lens is the model's logits."""
     logits, cache = run or run_with_cache(ids, params, hparams, names=lens_activations(hparams["n_layer"]))
+    readings = (matmul(layer_norm(resid, **params["ln_f"], eps=layer_norm_eps(hparams)), params["wte"].T)
+                for resid in residual_stream(cache, hparams["n_layer"]))  # [B, T, V] a layer
+    return lens_table(readings, logits, target)
+
+
+def lens_table(readings, logits, target=None):
+    """Each layer's reading [B, T, V] (a lens's logits) summed up: its top token and that token's probability, the
+    target's probability and rank. target [B, T] (default: the model's own final prediction, logits' argmax).
+    -> {"top" [L+1, B, T] ids, "top_prob", "target" [B, T], "target_prob", "target_rank" [L+1, B, T]}"""
     target = logits.argmax(-1) if target is None else np.asarray(target).reshape(logits.shape[:2])
     out = {k: [] for k in ("top", "top_prob", "target_prob", "target_rank")}
-    for resid in residual_stream(cache, hparams["n_layer"]):
-        lens = matmul(layer_norm(resid, **params["ln_f"], eps=layer_norm_eps(hparams)), params["wte"].T)  # [B, T, V]
+    for lens in readings:
         top = lens.argmax(-1)  # [B, T]
         target_logit = np.take_along_axis(lens, target[..., None], -1)  # [B, T, 1]
         out["top"].append(top)

@@ -30,7 +30,7 @@ from interface import loading
 from interface.bpe_cli import shown_token
 from interface.options import (array_module, at_least, check_output_file, device_flag, folded, model_flags, number,
                                on_device, sae_flags, sae_splice, spliced_line, threads_flag, user_message)
-from plumbing import shapes
+from plumbing import device, shapes
 from plumbing.checkpoint import load_checkpoint
 from plumbing.errors import UserError, exit_status, fail, given_flags, plural
 from plumbing.weights import load_weights
@@ -579,7 +579,7 @@ def run_lens(args, encoder, hparams, params, splice=({}, None)):
     run = look_inside.run_with_cache([ids], params, hparams, names=look_inside.lens_activations(hparams["n_layer"]),
                                      sae=splice[1], hooks=splice[0])
     lens = look_inside.logit_lens([ids], params, hparams, run=run)
-    tuned = tuned_reading(args, ids, hparams, params, splice)
+    tuned = tuned_reading(args, ids, hparams, params, run)
     if args.json:
         print(json.dumps({"ids": ids, "tokens": [encoder.decode([i]) for i in ids],
                           "layers": look_inside.lens_labels(hparams["n_layer"]),
@@ -612,17 +612,26 @@ def tuned_json(encoder, ids, hparams, tuned):
     return lens_cli.reading_json(encoder, ids, hparams, tuned)
 
 
-def tuned_reading(args, ids, hparams, params, splice):
-    """--tuned-lens: lens.py's reading of the prompt (None without the flag), on the model as spliced."""
-    if not args.tuned_lens:
+def tuned_reading(args, ids, hparams, params, run):
+    """--tuned-lens: lens.py's reading of the prompt (None without the flag), from run_with_cache's run of it (the
+    model as spliced), the model not run again."""
+    translators = tuned_lens_flag(args, hparams, params)
+    if translators is None:
         return None
     import lens
-    from interface import lens_cli  # only with the flag: the lens's chapter is not every command's import
 
-    tuned = lens_cli.loaded_lens(args.tuned_lens, hparams, params)
-    run = look_inside.run_with_cache([ids], params, hparams, names=look_inside.lens_activations(hparams["n_layer"]),
-                                     sae=splice[1], hooks=splice[0])
-    return lens_cli.host_dict(lens.tuned_lens([ids], params, hparams, tuned, run=run))
+    return device.to_host(lens.tuned_lens([ids], params, hparams, translators, run=run))
+
+
+def tuned_lens_flag(args, hparams, params):
+    """--tuned-lens LENS_DIR's translators, checked against the model (None without the flag)."""
+    return lens_cli_module().loaded_lens(args.tuned_lens, hparams, params) if args.tuned_lens else None
+
+
+def lens_cli_module():
+    from interface import lens_cli  # only with --tuned-lens: the lens's chapter is not every command's import
+
+    return lens_cli
 
 
 def run_html(args, encoder, hparams, params, splice=({}, None)):
@@ -634,7 +643,7 @@ def run_html(args, encoder, hparams, params, splice=({}, None)):
     title = os.path.basename(os.path.normpath(args.model))  # a size, or the folder's name
     n_next = args.top or html_page.N_NEXT  # --html FILE --top K: the next-token table's rows
     size = html_page.write_page(args.html, ids, encoder, params, hparams, title=title, n_next=n_next,
-                                hooks=splice[0], sae=splice[1], tuned=tuned_reading(args, ids, hparams, params, splice))
+                                hooks=splice[0], sae=splice[1], tuned_lens=tuned_lens_flag(args, hparams, params))
     print(f"{args.html}: {size:,} bytes")
 
 

@@ -38,17 +38,19 @@ def page_data(tokens, patterns, lens_tokens, lens_probs, layers, next_tokens, ti
                      for t, p, lp in next_tokens]}
 
 
-def render_page(data):
-    """The page's HTML, with `data` (page_data) inside it."""
+def render_page(data, page=None):
+    """The page's HTML (PAGE, or another page's template with {{TITLE}} and {{DATA}}), with `data` (page_data)
+    inside it."""
     payload = json.dumps(data, ensure_ascii=True).replace("</", "<\\/")  # no "</script>" can end it early
-    return PAGE.replace("{{TITLE}}", html.escape(data["title"])).replace("{{DATA}}", payload)
+    return (page or PAGE).replace("{{TITLE}}", html.escape(data["title"])).replace("{{DATA}}", payload)
 
 
-def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT, sae=None, hooks=None, tuned=None):
+def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT, sae=None, hooks=None,
+               tuned_lens=None):
     """Run the model on ids, write the page to path (whole, or not at all); -> its size in bytes.
     n_next: the rows of the next-token table. sae, hooks: look_inside.run_with_cache's (an SAE spliced in, the
-    centring): the page is the spliced model's, and its title says so. tuned: lens.tuned_lens's reading of ids,
-    shown as a second grid beside the logit lens's."""
+    centring): the page is the spliced model's, and its title says so. tuned_lens: a lens's translators; its
+    reading of ids (lens.tuned_lens, from the same run) is shown as a second grid beside the logit lens's."""
     L, H, T = hparams["n_layer"], hparams["n_head"], len(ids)
     estimate = L * H * T * T * 4 // 3
     if estimate > MAX_BYTES:
@@ -64,7 +66,10 @@ def write_page(path, ids, encoder, params, hparams, title="GPT-2", n_next=N_NEXT
                      [[encoder.decode([int(i)]) for i in row] for row in lens["top"][:, 0]], lens["top_prob"][:, 0],
                      look_inside.lens_labels(L),
                      [(encoder.decode([int(i)]), p, lp) for i, p, lp in zip(top, probs, logprobs)], title)
-    if tuned is not None:
+    if tuned_lens is not None:
+        import lens as tuned_lens_chapter  # only with --tuned-lens
+
+        tuned = device.to_host(tuned_lens_chapter.tuned_lens([ids], params, hparams, tuned_lens, run=(logits, cache)))
         data |= {"tuned_tokens": [[encoder.decode([int(i)]) for i in row] for row in tuned["top"][:, 0]],
                  "tuned_probs": np.round(tuned["top_prob"][:, 0], 4).tolist()}
     return folders.write_page(path, render_page(data))

@@ -30,7 +30,7 @@ from interface.options import (array_module, at_least, check_output_file, device
                                threads_flag)
 from plumbing import lens_files
 from plumbing.corpus import jsonl_objects, read_documents
-from plumbing.device import host
+from plumbing.device import host, to_host
 from plumbing.errors import Terminated, UserError, ctrl_c_waits, exit_status, fail, given_flags, plural
 from plumbing.folders import check_new_folder, whole_file
 from plumbing.progress import progress
@@ -177,7 +177,7 @@ def read(args):
     lens = loaded_lens(args.tuned_lens, hparams, params)
     ids = text_ids(encoder, args.text, hparams)
     run = look_inside.run_with_cache([ids], params, hparams, names=look_inside.lens_activations(hparams["n_layer"]))
-    reading = host_dict(LENS.tuned_lens([ids], params, hparams, lens, run=run))
+    reading = to_host(LENS.tuned_lens([ids], params, hparams, lens, run=run))
     if args.logits:  # once the reading is done: an interrupted command leaves no file
         logits = np.stack([host(x[0]) for x in LENS.lens_readings(run[1], params, hparams, lens)]).astype(np.float32)
         with whole_file(args.logits, "the logits") as tmp:
@@ -188,10 +188,6 @@ def read(args):
     else:
         print_table("the tuned lens: each translator's most likely next token at each position (the last row is the "
                     "model's)", encoder, ids, hparams, reading["top"][:, 0])
-
-
-def host_dict(reading):
-    return {k: host(v) for k, v in reading.items()}
 
 
 def reading_json(encoder, ids, hparams, reading):
@@ -286,12 +282,12 @@ def train(args):
         if not done:
             print(f"\n{what} before a step was done: nothing was saved", file=sys.stderr)
         else:
-            lens_files.save_lens(args.out, host_lens(lens), config)
+            lens_files.save_lens(args.out, to_host(lens), config)
             print(f"\n{what}: saved step {done} in {args.out}; --init {args.out} goes on from it (the momentum "
                   "starts again)", file=sys.stderr)
         return 130
     bar.close()
-    lens_files.save_lens(args.out, host_lens(lens), config)
+    lens_files.save_lens(args.out, to_host(lens), config)
     if args.json:
         print(json.dumps({"losses": [sum(step) for step in losses], "layer_losses": losses}))
     elif not args.quiet:
@@ -299,10 +295,6 @@ def train(args):
               f"over the translators); read with python lens.py read TEXT --model {args.model} --tuned-lens "
               f"{args.out}")
     return 0
-
-
-def host_lens(lens):
-    return [{k: np.asarray(host(v), np.float32) for k, v in t.items()} for t in lens]
 
 
 # ----------------------------------------------------------------------------

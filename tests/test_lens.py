@@ -91,6 +91,17 @@ def test_a_lens_tuned_lens_saved_reads_as_tuned_lens_reads_it(tiny):
     assert (out["target_rank"][2] == 0).all() and np.allclose(out["top_prob"][2], out["target_prob"][2])
 
 
+def test_the_reading_runs_tuned_lens_logits_itself(tiny, monkeypatch):
+    """lens.py read and gpt2_numpy.py --tuned-lens read each layer through tuned_lens_logits (exercise 51): in a
+    handout, the student's function is the one that runs."""
+    hparams, params = tiny
+    lens, _ = lens_files.load_lens(TINY_LENS)
+    calls, real = [], LENS.tuned_lens_logits
+    monkeypatch.setattr(LENS, "tuned_lens_logits", lambda *args: calls.append(1) or real(*args))
+    LENS.tuned_lens([GOLDEN["tiny/ids"].tolist()], params, hparams, lens)
+    assert len(calls) == hparams["n_layer"]
+
+
 def test_a_lens_for_another_width_or_depth_is_refused(tiny):
     with pytest.raises(UserError, match="the model needs 2 .one a block., 8 wide"):
         LENS.check_lens(LENS.new_lens(3, 8), tiny[0])
