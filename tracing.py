@@ -28,14 +28,14 @@ The commands are circuits.py's (graph, intervene: interface/graph_cli.py); this 
 """
 import numpy as np
 
-from backward import model_backward, training_forward
-from gpt2_numpy import gpt2, layer_norm_eps, softmax
+from backward import STOPS, model_backward, training_forward
+from gpt2_numpy import gpt2, gpt2_hidden, layer_norm_eps, softmax
 from plumbing.device import host
 from plumbing.errors import UserError
 from plumbing.shapes import block_index
+from sae import topk_mask
 
 HOOK_IN, HOOK_OUT = "blocks.{}.ln2.hook_normalized", "blocks.{}.hook_mlp_out"  # where layer l's transcoder reads, writes
-STOPS = ("pattern", "scale", "mlp")  # what the frozen backward holds constant (backward.py's STOPS)
 BATCH = 512  # rows a backward pass (attribute()'s batch_size)
 UPDATE_INTERVAL = 4  # with --max-features, the ranking is made again every UPDATE_INTERVAL batches of rows
 
@@ -55,10 +55,7 @@ def activate(pre, layer):
     if layer["activation"] == "jumprelu":
         return pre * (pre > layer["threshold"])
     if layer["activation"] == "topk":
-        top = np.argpartition(pre, -layer["k"], axis=-1)[..., -layer["k"]:]
-        f = np.zeros_like(pre)
-        np.put_along_axis(f, top, np.take_along_axis(pre, top, -1), -1)
-        return f
+        return np.where(topk_mask(pre, layer["k"]), pre, np.float32(0))
     return np.maximum(pre, 0.0)
 
 
@@ -265,8 +262,8 @@ def attribution_rows(run, params, hparams, transcoders, layers, positions, vecto
         if stage == "mlp.out":
             cols, pos, vecs = run["writes"][l]
             rows[:, np.asarray(cols, like=like)] += adjacency_rows_fast(g, pos, vecs)
-            err = n + l * T
-            rows[:, err:err + T] = (g * run["errors"][l]).sum(-1)
+            err = n + l * T  # each position's error node writes its error vector there
+            rows[:, err:err + T] = adjacency_rows_fast(g, np.arange(T), run["errors"][l])
             if "W_skip" in transcoders[l]:
                 at_output[l] = g
         elif stage == "ln_2":
@@ -277,7 +274,7 @@ def attribution_rows(run, params, hparams, transcoders, layers, positions, vecto
                 g = g.copy()
                 g[b, p] += vectors[b]
         elif name == "wte":
-            rows[:, n + L * T:] = (g * run["tokens"]).sum(-1)
+            rows[:, n + L * T:] = adjacency_rows_fast(g, np.arange(T), run["tokens"])  # each token's embedding
         return g
 
     model_backward(run["ids"][None], run["kept"], run["top"], params, hparams, d, frozen=True, hook=hook, stops=STOPS,
@@ -533,7 +530,7 @@ def clean_run(params, hparams, ids, transcoders, scales):
             out["scale"][norm_of[name]] = np.sqrt(x.var(-1, keepdims=True) + eps)
         return x
 
-    gpt2(np.asarray(ids)[None], params, hparams, hook=hook)
+    gpt2_hidden(np.asarray(ids)[None], params, hparams, hook=hook)  # the hooks are what it is run for: no logits
     return out
 
 

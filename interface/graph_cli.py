@@ -23,6 +23,7 @@ import sys
 import numpy as np
 
 import tracing
+from gpt2_numpy import gpt2
 from interface import loading
 from interface.options import (array_module, at_least, check_output_file, device_flag, model_flags, number, on_device,
                                threads_flag)
@@ -237,14 +238,14 @@ def run_intervene(args):
     for layer in args.constrained_layers or ():
         if layer >= L:
             raise UserError(f"--constrained-layers {layer}: the model has layers 0..{L - 1}")
-    before = device.host(tracing.feature_intervention(params, hparams, ids, transcoders, [])[0])
+    before = device.host(gpt2(np.asarray(ids)[None], params, hparams, last_only=True)[0, -1])  # the model as it is
     logits = device.host(tracing.feature_intervention(params, hparams, ids, transcoders, args.settings,
                                                       not args.no_freeze_attention, args.constrained_layers)[0])
     with whole_file(args.logits, "the logits") as tmp:
         with open(tmp, "wb") as f:
             np.save(f, logits)
     print(f"the next token after {encoder.decode([int(i) for i in ids])!r}, before and after:")
-    for rank, (a, b) in enumerate(zip(np.argsort(-before[-1])[:TOP], np.argsort(-logits[-1])[:TOP])):
-        print(f"  {rank + 1}. {encoder.decode([int(a)])!r:>16} {before[-1, a]:9.4f}    "
+    for rank, (a, b) in enumerate(zip(np.argsort(-before)[:TOP], np.argsort(-logits[-1])[:TOP])):
+        print(f"  {rank + 1}. {encoder.decode([int(a)])!r:>16} {before[a]:9.4f}    "
               f"{encoder.decode([int(b)])!r:>16} {logits[-1, b]:9.4f}")
     print(f"wrote {args.logits}", file=sys.stderr)

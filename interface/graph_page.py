@@ -8,10 +8,8 @@ activation and influence, its inputs and outputs (the largest weights first), an
 decoder promotes and suppresses most through the unembedding (W_dec · W_U). A click keeps a node chosen. Nothing
 is fetched: the data, the styles and the script are in the file.
 """
-import html
-import json
 
-from plumbing import folders
+from interface import html_page
 
 
 def page_data(content, top_logits, title, n_layer):
@@ -31,14 +29,8 @@ def page_data(content, top_logits, title, n_layer):
 
 
 def render_page(data):
-    """The page's HTML, with `data` (page_data) inside it."""
-    payload = json.dumps(data, ensure_ascii=True).replace("</", "<\\/")  # no "</script>" can end it early
-    return PAGE.replace("{{TITLE}}", html.escape(data["title"])).replace("{{DATA}}", payload)
-
-
-def write_page(path, data):
-    """Write the page whole, or not at all. -> its size in bytes"""
-    return folders.write_page(path, render_page(data))
+    """The page's HTML, with `data` (page_data) inside it: html_page's, with this page's template."""
+    return html_page.render_page(data, PAGE)
 
 
 PAGE = """<!DOCTYPE html>

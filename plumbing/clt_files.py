@@ -31,11 +31,11 @@ def clt_layers(folder):
 
 
 def tensor(tensors, name, shape, path):
-    """tensors[name] as float32, of this shape, or one line naming the file."""
+    """tensors[name] (float32, as the file maps it: not copied), of this shape, or one line naming the file."""
     if name not in tensors or tuple(tensors[name].shape) != shape:
         got = "missing" if name not in tensors else list(tensors[name].shape)
         raise UserError(f"{name} must be {list(shape)}, is {got}", path=path)
-    return np.array(tensors[name], dtype=np.float32)
+    return np.asarray(tensors[name], dtype=np.float32)
 
 
 def read_clt(folder):
@@ -53,7 +53,7 @@ def read_clt(folder):
             raise UserError(f"W_enc_{l} must be [d_tc, d_model], is "
                             f"{'missing' if W_enc is None else list(W_enc.shape)}", path=enc_path)
         d_tc, d_model = W_enc.shape
-        layer = {"W_enc": np.array(W_enc, np.float32), "b_enc": tensor(enc, f"b_enc_{l}", (d_tc,), enc_path),
+        layer = {"W_enc": np.asarray(W_enc, np.float32), "b_enc": tensor(enc, f"b_enc_{l}", (d_tc,), enc_path),
                  "b_dec": tensor(enc, f"b_dec_{l}", (d_model,), enc_path),
                  "W_dec": tensor(dec, f"W_dec_{l}", (d_tc, n_layers - l, d_model), dec_path)}
         if f"threshold_{l}" in enc:
