@@ -74,7 +74,9 @@ def check_fits(xp, needed, what):
         return
     free = free_bytes(xp)
     if needed > free:
-        raise UserError(f"{what} needs {needed / 1e9:.1f} GB on the GPU, but {free / 1e9:.1f} GB are free there: "
+        from plumbing.memory import size  # as the host's check says sizes; not the model's import (tests/test_layout)
+
+        raise UserError(f"{what} needs {size(needed)} on the GPU, but {size(free)} are free there: "
                         "use a smaller model, batch or context, or --device cpu")
 
 

@@ -50,7 +50,6 @@ def size(n):
     return f"{n / (1e9 * 1000 ** unit):,.1f} {UNITS[unit]}"
 
 
-
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # mallopt's parameters (glibc's malloc.h)
 
 

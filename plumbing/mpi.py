@@ -68,8 +68,8 @@ def world(environ=None):
 
 def abort_every_rank(comm, kind, value, tb):
     """A bug's traceback, on the real stderr of the rank where it happened, then MPI_Abort: every rank ends."""
-    traceback.print_exception(kind, value, tb, file=sys.__stderr__)
-    sys.__stderr__.flush()
+    sys.__stderr__.write("".join(traceback.format_exception(kind, value, tb)))  # one write: the launcher, which stops
+    sys.__stderr__.flush()  # passing output on at the abort, has it whole (line by line, a busy one cut it short)
     comm.Abort(1)
 
 
